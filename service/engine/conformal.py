@@ -1,0 +1,231 @@
+"""Conformalized quantile regression: split CQR, CV+, and the adaptive schedule.
+
+Level grid and pairs. A study has an even grid of quantile levels, sorted, that
+is symmetric about 1/2 (by default the midpoints ``(i + 1/2) / M``). Level ``i``
+and level ``M - 1 - i`` form an interval pair with nominal miscoverage
+``alpha_i = 2 * levels[i]``.
+
+Non-conformity scores (paper 002, eq. 5 and 9; eq. 17 for CV+):
+
+    D_i = max(Q_lo(X_i) - Y_i, Y_i - Q_hi(X_i))
+
+with ``Q`` fitted without observation ``i`` (split: on the training part;
+CV+: on the folds that exclude ``i``).
+
+Interval at miscoverage ``a`` over ``n`` scores (eq. 10 and 18). Both methods
+are the same order statistics of two point sets, with ``lo_i(x) = Q_lo(x)`` for
+split and ``lo_i(x) = Q_lo^{-k(i)}(x)`` for CV+ (Barber et al.'s CV+; the paper
+writes ``q_{1-a}`` for both ends, the lower end is the matching lower
+quantile):
+
+    lower(x) = floor(a (n+1))-th smallest of { lo_i(x) - D_i }
+    upper(x) = ceil((1-a)(n+1))-th smallest of { hi_i(x) + D_i }
+
+For split this is ``Q_lo(x) - q`` and ``Q_hi(x) + q`` with ``q`` the
+``ceil((1-a)(n+1))``-th smallest score. An order index outside ``1..n`` would
+be an infinite bound; for ranking candidates it is clamped to the extreme
+point, while coverage (``covered_below``) uses the exact rule.
+
+Schedule (paper 002, section 5.1 and 6.3): raw quantiles below
+``conformalize_from`` (32) observations, CV+ (K = 5) below ``split_from`` (50),
+split conformal after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.model_selection import KFold
+
+from .surrogates.base import BaseSurrogate
+
+METHODS = ("raw", "split", "cv+")
+
+
+def midpoint_levels(m: int) -> np.ndarray:
+    """``m`` equal-mass quantile levels (bin midpoints); ``m`` must be even."""
+    if m < 2 or m % 2:
+        raise ValueError("the number of quantile levels must be even and >= 2")
+    return (np.arange(m) + 0.5) / m
+
+
+def check_levels(levels: np.ndarray) -> np.ndarray:
+    lv = np.asarray(levels, dtype=float)
+    if lv.ndim != 1 or lv.size < 2 or lv.size % 2:
+        raise ValueError("levels must be an even-length list")
+    if np.any(np.diff(lv) <= 0) or lv[0] <= 0 or lv[-1] >= 1:
+        raise ValueError("levels must be strictly increasing inside (0, 1)")
+    if not np.allclose(lv + lv[::-1], 1.0):
+        raise ValueError("levels must be symmetric about 0.5")
+    return lv
+
+
+def pair_alphas(levels: np.ndarray) -> np.ndarray:
+    """Nominal miscoverage of each pair ``(i, M-1-i)``, widest interval first."""
+    lv = np.asarray(levels)
+    return 2.0 * lv[: lv.size // 2]
+
+
+def schedule(n: int, conformalize_from: int = 32, split_from: int = 50, mode: str = "adaptive") -> str:
+    """Which conformal method a fit on ``n`` observations uses."""
+    if mode == "raw" or n < conformalize_from:
+        return "raw"
+    if mode in ("split", "cv+"):
+        return mode
+    if mode != "adaptive":
+        raise ValueError(f"unknown conformal mode {mode!r}")
+    return "cv+" if n < split_from else "split"
+
+
+def scores(q: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-conformity scores, one column per pair: ``q`` is (n, L) at the points ``y``."""
+    L = q.shape[1]
+    lo = q[:, : L // 2]
+    hi = q[:, L - 1 : L // 2 - 1 : -1]
+    return np.maximum(lo - y[:, None], y[:, None] - hi)
+
+
+@dataclass
+class ConformalFit:
+    """What ``conformalize`` produced: the model(s) and the calibration scores."""
+
+    method: str
+    model: BaseSurrogate  # predicts the raw quantiles shown for a candidate
+    scores: np.ndarray | None  # (n_cal, P)
+    fold_models: list[BaseSurrogate] | None = None  # CV+ only
+    fold_of: np.ndarray | None = None  # (n_cal,) fold index of each score, CV+ only
+
+
+def conformalize(
+    make: Callable[[], BaseSurrogate],
+    X: np.ndarray,
+    y: np.ndarray,
+    method: str,
+    seed: int,
+    *,
+    k_folds: int = 5,
+    cal_fraction: float = 0.25,
+) -> ConformalFit:
+    if method == "raw":
+        return ConformalFit("raw", make().fit(X, y), None)
+    rng = np.random.default_rng(seed)
+    n = X.shape[0]
+    if method == "split":
+        perm = rng.permutation(n)
+        n_cal = max(2, int(round(cal_fraction * n)))
+        cal, tr = perm[:n_cal], perm[n_cal:]
+        model = make().fit(X[tr], y[tr])
+        return ConformalFit("split", model, scores(model.predict_quantiles(X[cal]), y[cal]))
+    if method == "cv+":
+        full = make().fit(X, y)
+        k = min(k_folds, n)
+        fold_of = np.empty(n, dtype=int)
+        fold_models, sc = [], np.empty((n, full.levels.size // 2))
+        for f, (tr, te) in enumerate(KFold(k, shuffle=True, random_state=seed).split(X)):
+            m = full.fold_clone().fit(X[tr], y[tr])
+            fold_models.append(m)
+            fold_of[te] = f
+            sc[te] = scores(m.predict_quantiles(X[te]), y[te])
+        return ConformalFit("cv+", full, sc, fold_models, fold_of)
+    raise ValueError(f"unknown conformal method {method!r}")
+
+
+# ----------------------------------------------------------------- intervals
+def _order_index(alpha: np.ndarray | float, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """0-based clamped indices of the lower and upper order statistics."""
+    a = np.asarray(alpha, dtype=float)
+    lo = np.floor(a * (n + 1)).astype(int) - 1
+    hi = np.ceil((1.0 - a) * (n + 1)).astype(int) - 1
+    return np.clip(lo, 0, n - 1), np.clip(hi, 0, n - 1)
+
+
+class Bounds:
+    """Sorted point sets per candidate and pair; intervals at any alpha by indexing.
+
+    ``raw`` is (N, L) raw quantiles; for CV+ ``fold_raw`` is (K, N, L). The
+    sort is done once (lazily) and reused by every select at any alpha.
+    """
+
+    def __init__(
+        self,
+        method: str,
+        raw: np.ndarray,
+        scores: np.ndarray | None = None,
+        fold_raw: np.ndarray | None = None,
+        fold_of: np.ndarray | None = None,
+    ) -> None:
+        self.method = method
+        self.raw = raw
+        self.scores = scores
+        self.fold_raw = fold_raw
+        self.fold_of = fold_of
+        L = raw.shape[1]
+        self.P = L // 2
+        self._sorted: list[tuple[np.ndarray, np.ndarray]] | None = None
+        if method == "split":
+            self._sorted_scores = np.sort(scores, axis=0)  # (n, P)
+
+    def _points(self, j: int, rows: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """Unsorted lower/upper point sets (N, n) for pair ``j``."""
+        L = self.raw.shape[1]
+        D = self.scores[:, j]
+        if self.method == "split":
+            lo, hi = self.raw[rows, j], self.raw[rows, L - 1 - j]
+            return lo[:, None] - D[None, :], hi[:, None] + D[None, :]
+        lo = self.fold_raw[:, rows, j][self.fold_of].T  # (N, n)
+        hi = self.fold_raw[:, rows, L - 1 - j][self.fold_of].T
+        return lo - D[None, :], hi + D[None, :]
+
+    def points(self, row: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Sorted point sets of one candidate for every pair (stored with a prediction)."""
+        lows, highs = [], []
+        for j in range(self.P):
+            a, b = self._points(j, np.array([row]))
+            lows.append(np.sort(a[0]))
+            highs.append(np.sort(b[0]))
+        return lows, highs
+
+    def at(self, alphas: np.ndarray) -> np.ndarray:
+        """Calibrated quantiles (N, L) at per-pair miscoverage ``alphas``; sorted per row."""
+        if self.method == "raw":
+            return self.raw
+        N, L = self.raw.shape
+        out = np.empty((N, L))
+        n = self.scores.shape[0]
+        for j in range(self.P):
+            i_lo, i_hi = _order_index(alphas[j], n)
+            if self.method == "split":
+                # floor(a(n+1))-th smallest of lo - D == lo - (n+1-that)-th smallest D
+                s = self._sorted_scores[:, j]
+                out[:, j] = self.raw[:, j] - s[n - 1 - i_lo]
+                out[:, L - 1 - j] = self.raw[:, L - 1 - j] + s[i_hi]
+            else:
+                if self._sorted is None:
+                    self._sorted = [tuple(np.sort(p, axis=1) for p in self._points(k)) for k in range(self.P)]
+                A, B = self._sorted[j]
+                out[:, j] = A[:, i_lo]
+                out[:, L - 1 - j] = B[:, i_hi]
+        return np.sort(out, axis=1)
+
+
+def interval_from_points(lower_pts: np.ndarray, upper_pts: np.ndarray, alpha: float) -> tuple[float, float]:
+    """Clamped interval of one candidate at ``alpha`` from its sorted point sets."""
+    n = len(lower_pts)
+    i_lo, i_hi = _order_index(alpha, n)
+    return float(lower_pts[int(i_lo)]), float(upper_pts[int(i_hi)])
+
+
+def beta_from_points(lower_pts: np.ndarray, upper_pts: np.ndarray, y: float) -> float:
+    """``beta_t = sup{a : y in C(a)}`` (paper 002, eq. 20) with the exact order rule.
+
+    ``y`` lies in ``C(a)`` iff ``a < beta``: with ``a_ = #{lower <= y}`` and
+    ``b_ = #{upper < y}``, the lower end holds iff ``a < (a_+1)/(n+1)`` and the
+    upper end iff ``a < 1 - b_/(n+1)``.
+    """
+    n = len(lower_pts)
+    a_cnt = int(np.searchsorted(lower_pts, y, side="right"))
+    b_cnt = int(np.searchsorted(upper_pts, y, side="left"))
+    return float(min((a_cnt + 1) / (n + 1), 1.0 - b_cnt / (n + 1)))
+

@@ -1,0 +1,498 @@
+"""The engine's three pure steps, and the in-process ``Optimizer`` on top of them.
+
+* ``fit(observations, space, config, direction, seed) -> Snapshot``: heavy.
+* ``select(snapshot, states, ...) -> list[Suggestion]``: cheap numpy.
+* ``adapt(states, prediction, value) -> (states, record)``: microseconds.
+
+The service calls the same three functions; only where the data lives differs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from . import acquisition as acq
+from .adaptive import ADAPTERS, AdaptiveState, new_state, state_from_dict, state_to_dict
+from .candidates import candidate_set
+from .conformal import (
+    beta_from_points,
+    check_levels,
+    conformalize,
+    midpoint_levels,
+    pair_alphas,
+    schedule,
+)
+from .errors import ConfigError
+from .snapshot import Snapshot
+from .space import ParamError, SearchSpace
+from .surrogates import SURROGATES, make_surrogate
+
+DIRECTIONS = ("minimize", "maximize")
+CONFORMAL_MODES = ("adaptive", "split", "cv+", "raw")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How a study's surrogate is fitted, calibrated and used. Plain, serialisable."""
+
+    surrogate: str = "qgp"  # chosen by benchmarks/search.py; paper 002 picked QE, measured slower and worse here
+    acquisition: str = "pi"  # chosen by benchmarks/search.py (README, "Search quality")
+    adapter: str = "dtaci"  # dtaci | aci | none
+    conformal: str = "adaptive"  # adaptive (CV+ then split) | split | cv+ | raw
+    n_levels: int = 10  # equal-mass quantile levels; pairs give 90/70/50/30/10% intervals
+    levels: tuple[float, ...] | None = None  # explicit symmetric grid instead of n_levels
+    n_warmup: int = 15
+    conformalize_from: int = 32
+    split_from: int = 50
+    n_candidates: int = 2000
+    top_k: int = 5
+    mutation_fraction: float = 0.5
+    cv_folds: int = 5
+    cal_fraction: float = 0.25
+    aci_gamma: float = 0.05  # ACI learning rate; a 100-trial horizon needs a fast one
+    dtaci_window: int = 50
+    ucb_pair: int = 0  # 0 = the widest interval's optimistic end
+    diversity: float = 0.05  # batch/pending exclusion radius, unit-cube distance / sqrt(dim)
+    surrogate_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        def bad(name: str, msg: str) -> None:
+            raise ConfigError(name, msg)
+
+        if self.surrogate not in SURROGATES:
+            bad("surrogate", f"must be one of {sorted(SURROGATES)}")
+        if self.acquisition not in acq.ACQUISITIONS:
+            bad("acquisition", f"must be one of {list(acq.ACQUISITIONS)}")
+        if self.adapter not in ADAPTERS:
+            bad("adapter", f"must be one of {list(ADAPTERS)}")
+        if self.conformal not in CONFORMAL_MODES:
+            bad("conformal", f"must be one of {list(CONFORMAL_MODES)}")
+        if self.levels is not None:
+            try:
+                lv = check_levels(np.asarray(self.levels, dtype=float))
+            except (ValueError, TypeError) as e:
+                bad("levels", str(e))
+            object.__setattr__(self, "levels", tuple(float(x) for x in lv))
+            object.__setattr__(self, "n_levels", len(lv))
+        if not (isinstance(self.n_levels, int) and self.n_levels >= 2 and self.n_levels % 2 == 0):
+            bad("n_levels", "must be an even integer >= 2")
+        for name, lo in (("n_warmup", 2), ("n_candidates", 1), ("top_k", 1), ("cv_folds", 2),
+                         ("conformalize_from", 4), ("split_from", 4), ("dtaci_window", 1)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                bad(name, f"must be an integer >= {lo}")
+        if not 0 < self.cal_fraction < 1:
+            bad("cal_fraction", "must be in (0, 1)")
+        if not 0 <= self.mutation_fraction <= 1:
+            bad("mutation_fraction", "must be in [0, 1]")
+        if not 0 < self.aci_gamma < 1:
+            bad("aci_gamma", "must be in (0, 1)")
+        if not 0 <= self.diversity < 1:
+            bad("diversity", "must be in [0, 1)")
+        if not 0 <= self.ucb_pair < self.n_levels // 2:
+            bad("ucb_pair", f"must be in [0, {self.n_levels // 2 - 1}]")
+
+    @property
+    def level_grid(self) -> np.ndarray:
+        if self.levels is not None:
+            return np.asarray(self.levels, dtype=float)
+        return midpoint_levels(self.n_levels)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> EngineConfig:
+        d = dict(d or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(unknown[0], "unknown setting")
+        return cls(**d)
+
+
+@dataclass
+class Suggestion:
+    params: dict[str, Any]
+    prediction: dict[str, Any] | None = None
+
+
+# --------------------------------------------------------------------- helpers
+def _sign(direction: str) -> float:
+    if direction not in DIRECTIONS:
+        raise ConfigError("direction", "must be 'minimize' or 'maximize'")
+    return 1.0 if direction == "minimize" else -1.0
+
+
+def initial_states(config: EngineConfig, seed: int = 0) -> list[AdaptiveState]:
+    """One adaptive state per interval pair, widest first."""
+    return [
+        new_state(config.adapter, float(a), gamma=config.aci_gamma, seed=seed * 1000 + j,
+                  window=config.dtaci_window)
+        for j, a in enumerate(pair_alphas(config.level_grid))
+    ]
+
+
+def check_value(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ParamError("value", "must be a number")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ParamError("value", "must be finite (no NaN or infinity)")
+    return v
+
+
+# ------------------------------------------------------------------------ fit
+def fit(
+    observations: Sequence[tuple[dict[str, Any], float]],
+    space: SearchSpace,
+    config: EngineConfig,
+    direction: str = "minimize",
+    seed: int = 0,
+    candidates: np.ndarray | None = None,
+) -> Snapshot:
+    """Train, conformalize and score a fresh candidate set. Deterministic in its inputs.
+
+    ``candidates`` (snapped unit rows) replaces the drawn candidate set, e.g. to
+    score given configurations.
+    """
+    # The matrices here are small (n <= a few thousand): multithreaded BLAS only
+    # adds spin-waiting, badly so when the cores are shared (7x slower measured).
+    with threadpool_limits(1, user_api="blas"):
+        return _fit(observations, space, config, direction, seed, candidates)
+
+
+def _fit(observations, space, config, direction, seed, candidates) -> Snapshot:
+    t0 = time.perf_counter()
+    sign = _sign(direction)
+    n = len(observations)
+    if n < 4:
+        raise ValueError("fit needs at least 4 observations")
+    U = space.to_unit([p for p, _ in observations])
+    y = sign * np.asarray([v for _, v in observations], dtype=float)
+    X = space.features(U)
+    levels = config.level_grid
+    method = schedule(n, config.conformalize_from, config.split_from, config.conformal)
+    rng = np.random.default_rng([seed, n, 7])
+    fit_seed = int(rng.integers(2**31))
+
+    def make():
+        return make_surrogate(config.surrogate, levels, fit_seed, **config.surrogate_options)
+
+    cf = conformalize(make, X, y, method, fit_seed, k_folds=config.cv_folds,
+                      cal_fraction=config.cal_fraction)
+    if candidates is None:
+        cand = candidate_set(space, U, y, rng, n_candidates=config.n_candidates, top_k=config.top_k,
+                             mutation_fraction=config.mutation_fraction)
+    else:
+        cand = space.snap(candidates)
+    Xc = space.features(cand)
+
+    def f32(a: np.ndarray) -> np.ndarray:  # what storage keeps, so stored == in-memory
+        return a.astype(np.float32).astype(np.float64)
+
+    raw = f32(cf.model.predict_quantiles(Xc))
+    fold_raw = None
+    if cf.fold_models is not None:
+        fold_raw = f32(np.stack([m.predict_quantiles(Xc) for m in cf.fold_models]))
+    return Snapshot(
+        n_obs=n,
+        method=method,
+        levels=levels,
+        candidates=cand,
+        raw=raw,
+        best=float(y.min()),
+        observed=U,
+        scores=cf.scores,
+        fold_raw=fold_raw,
+        fold_of=cf.fold_of,
+        surrogate=config.surrogate,
+        fit_seconds=time.perf_counter() - t0,
+    )
+
+
+# --------------------------------------------------------------------- select
+def _user_view(q_int: np.ndarray, sign: float) -> np.ndarray:
+    """Internal (minimise) quantiles, levels ascending -> user units, levels ascending."""
+    return q_int if sign > 0 else -q_int[::-1]
+
+
+def _prediction(snap: Snapshot, row: int, Q: np.ndarray, alphas: np.ndarray, sign: float,
+                acquisition: str, score: float) -> dict[str, Any]:
+    levels = snap.levels
+    L = levels.size
+    q_user = _user_view(Q[row], sign)
+    intervals = []
+    for j, a in enumerate(pair_alphas(levels)):
+        lo, hi = Q[row, j], Q[row, L - 1 - j]
+        if sign < 0:
+            lo, hi = -hi, -lo
+        intervals.append({"coverage": round(1.0 - float(a), 10), "alpha": float(alphas[j]),
+                          "lower": float(lo), "upper": float(hi)})
+    pred: dict[str, Any] = {
+        "method": snap.method,
+        "surrogate": snap.surrogate,
+        "fitted_on": snap.n_obs,
+        "levels": levels.tolist(),
+        "quantiles": q_user.tolist(),
+        "mean": float(sign * acq.mean_of(Q[row : row + 1], levels)[0]),
+        "intervals": intervals,
+        "acquisition": acquisition,
+        "score": float(score),
+        "sign": sign,
+    }
+    if snap.method != "raw":
+        lows, highs = snap.bounds.points(row)
+        pred["points"] = {"lower": [a.tolist() for a in lows], "upper": [b.tolist() for b in highs]}
+    return pred
+
+
+def warmup_points(space: SearchSpace, seed: int, start: int, count: int,
+                  exclude: set[bytes]) -> np.ndarray:
+    """Points ``start..`` of the study's scrambled Sobol sequence, skipping excluded ones."""
+    out, keys, pos = [], set(), start
+    while len(out) < count and pos < start + 64 * count + 64:
+        batch = space.sample(count, seed, skip=pos)
+        for row, k in zip(batch, space.keys(batch), strict=True):
+            pos += 1
+            if k not in exclude and k not in keys:
+                keys.add(k)
+                out.append(row)
+                if len(out) == count:
+                    break
+    rng = np.random.default_rng([seed, start])
+    while len(out) < count:  # tiny discrete space: uniform draws for what is left
+        row = space.sample_uniform(1, rng)[0]
+        k = space.keys(row)[0]
+        if k not in exclude and k not in keys:
+            keys.add(k)
+            out.append(row)
+        elif len(keys) + len(exclude) >= 10**6:
+            break
+    return np.array(out).reshape(-1, space.dim)
+
+
+def select(
+    snapshot: Snapshot | None,
+    states: Sequence[AdaptiveState],
+    space: SearchSpace,
+    config: EngineConfig,
+    *,
+    count: int = 1,
+    direction: str = "minimize",
+    seed: int = 0,
+    asked: int = 0,
+    exclude: Sequence[dict[str, Any]] = (),
+    pending: Sequence[dict[str, Any]] = (),
+    n_observed: int | None = None,
+) -> list[Suggestion]:
+    """``count`` distinct configurations.
+
+    ``exclude``: configurations never to return (observed since the snapshot,
+    failed ...). ``pending``: running configurations; never returned, and the
+    batch keeps ``config.diversity`` away from them. ``asked``: how many trials
+    the study has asked so far (position in its warm-start sequence and the
+    select rng's key). Before ``n_warmup`` observations, or without a
+    snapshot, points come from the study's scrambled Sobol sequence.
+    """
+    sign = _sign(direction)
+    rng = np.random.default_rng([seed, asked, 11])
+    busy = [*exclude, *pending]
+    busy_unit = space.to_unit(busy) if busy else np.empty((0, space.dim))
+    busy_keys = set(space.keys(busy_unit)) if busy else set()
+    n_obs = snapshot.n_obs if n_observed is None and snapshot is not None else (n_observed or 0)
+    if snapshot is None or n_obs < config.n_warmup:
+        if snapshot is not None:
+            busy_keys |= set(space.keys(snapshot.observed))
+        pts = warmup_points(space, seed, asked, count, busy_keys)
+        return [Suggestion(p, None) for p in space.from_unit(pts)] if len(pts) else []
+
+    cand = snapshot.candidates
+    alive = np.ones(cand.shape[0], dtype=bool)
+    if busy_keys:
+        alive &= np.array([k not in busy_keys for k in space.keys(cand)])
+    alphas = np.array([s.alpha for s in states], dtype=float)
+    Q = snapshot.bounds.at(alphas)
+    radius = config.diversity * math.sqrt(space.dim)
+    near = np.zeros(cand.shape[0], dtype=bool)
+    pend_unit = space.to_unit(list(pending)) if pending else np.empty((0, space.dim))
+    for p in pend_unit:
+        near |= np.linalg.norm(cand - p, axis=1) < radius
+    stochastic = config.acquisition in ("ts", "obs")
+    sc = acq.score(config.acquisition, Q, snapshot.levels, best=snapshot.best, rng=rng,
+                   ucb_pair=config.ucb_pair)
+    out: list[Suggestion] = []
+    for _ in range(count):
+        if stochastic and out:
+            sc = acq.score(config.acquisition, Q, snapshot.levels, best=snapshot.best, rng=rng)
+        pool = alive & ~near
+        if not pool.any():
+            pool = alive
+        if not pool.any():
+            break
+        idx = np.flatnonzero(pool)
+        row = int(idx[np.argmin(sc[idx])])
+        out.append(Suggestion(space.from_unit(cand[row])[0],
+                              _prediction(snapshot, row, Q, alphas, sign, config.acquisition, sc[row])))
+        alive[row] = False
+        near |= np.linalg.norm(cand - cand[row], axis=1) < radius
+    return out
+
+
+# ---------------------------------------------------------------------- adapt
+def adapt(
+    states: Sequence[AdaptiveState], prediction: dict[str, Any] | None, value: float
+) -> tuple[list[AdaptiveState], dict[str, Any] | None]:
+    """Update every pair's alpha with the observed ``value``; return the calibration record.
+
+    Raw (unconformalized) predictions are recorded but do not move alpha: there
+    are no scores to re-weight yet.
+    """
+    if prediction is None:
+        return list(states), None
+    covered, widths, betas = [], [], []
+    for iv in prediction["intervals"]:
+        covered.append(bool(iv["lower"] <= value <= iv["upper"]))
+        widths.append(float(iv["upper"] - iv["lower"]))
+    new = list(states)
+    pts = prediction.get("points")
+    if pts is not None:
+        y_int = prediction.get("sign", 1.0) * value
+        new = []
+        for j, s in enumerate(states):
+            beta = beta_from_points(np.asarray(pts["lower"][j]), np.asarray(pts["upper"][j]), y_int)
+            betas.append(beta)
+            new.append(s.update(beta))
+    record = {
+        "method": prediction["method"],
+        "coverage": [iv["coverage"] for iv in prediction["intervals"]],
+        "alpha": [iv["alpha"] for iv in prediction["intervals"]],
+        "covered": covered,
+        "width": widths,
+        "beta": betas or None,
+        "mean": prediction.get("mean"),
+        "levels": prediction["levels"],
+        "quantiles": prediction["quantiles"],
+        "value": value,
+    }
+    return new, record
+
+
+# ------------------------------------------------------------------ Optimizer
+class Optimizer:
+    """In-process ask/tell over ``fit`` / ``select`` / ``adapt``.
+
+    >>> opt = Optimizer({"x": {"type": "float", "low": -5, "high": 5}}, seed=1)
+    >>> s = opt.ask()[0]
+    >>> opt.tell(s.params, s.params["x"] ** 2, s.prediction)
+    """
+
+    def __init__(
+        self,
+        space: SearchSpace | dict[str, Any],
+        direction: str = "minimize",
+        seed: int = 0,
+        surrogate: str | None = None,
+        acquisition: str | None = None,
+        n_warmup: int | None = None,
+        config: EngineConfig | dict[str, Any] | None = None,
+        **settings: Any,
+    ) -> None:
+        self.space = SearchSpace.from_dict(space)
+        _sign(direction)
+        self.direction = direction
+        self.seed = int(seed)
+        cfg = config if isinstance(config, EngineConfig) else EngineConfig.from_dict(config)
+        over = {k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition),
+                                  ("n_warmup", n_warmup)) if v is not None}
+        self.config = replace(cfg, **over, **settings)
+        self.states: list[AdaptiveState] = initial_states(self.config, self.seed)
+        self.observations: list[tuple[dict[str, Any], float]] = []
+        self.pending: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+        self.records: list[dict[str, Any]] = []
+        self.asked = 0
+        self._snapshot: Snapshot | None = None
+        self.timings: dict[str, float] = {"fit": 0.0, "select": 0.0, "adapt": 0.0}
+
+    # ----------------------------------------------------------------- ask
+    @property
+    def snapshot(self) -> Snapshot | None:
+        n = len(self.observations)
+        if n < self.config.n_warmup:
+            return None
+        if self._snapshot is None or self._snapshot.n_obs != n:
+            t = time.perf_counter()
+            self._snapshot = fit(self.observations, self.space, self.config, self.direction, self.seed)
+            self.timings["fit"] += time.perf_counter() - t
+        return self._snapshot
+
+    def ask(self, n: int = 1) -> list[Suggestion]:
+        if not isinstance(n, int) or n < 1:
+            raise ValueError("n must be a positive integer")
+        snap = self.snapshot
+        t = time.perf_counter()
+        out = select(
+            snap, self.states, self.space, self.config, count=n, direction=self.direction,
+            seed=self.seed, asked=self.asked, exclude=[p for p, _ in self.observations],
+            pending=[p for p, _ in self.pending], n_observed=len(self.observations),
+        )
+        self.timings["select"] += time.perf_counter() - t
+        self.asked += len(out)
+        self.pending.extend((s.params, s.prediction) for s in out)
+        return out
+
+    # ---------------------------------------------------------------- tell
+    def tell(self, params: dict[str, Any], value: float, prediction: dict[str, Any] | None = None) -> None:
+        params = self.space.validate(params)
+        value = check_value(value)
+        key = self.space.keys(self.space.to_unit([params]))[0]
+        for i, (p, pred) in enumerate(self.pending):
+            if self.space.keys(self.space.to_unit([p]))[0] == key:
+                del self.pending[i]
+                prediction = prediction if prediction is not None else pred
+                break
+        t = time.perf_counter()
+        self.states, record = adapt(self.states, prediction, value)
+        self.timings["adapt"] += time.perf_counter() - t
+        if record is not None:
+            self.records.append(record)
+        self.observations.append((params, value))
+
+    # ----------------------------------------------------------------- views
+    @property
+    def best(self) -> tuple[dict[str, Any], float] | None:
+        if not self.observations:
+            return None
+        pick = min if self.direction == "minimize" else max
+        return pick(self.observations, key=lambda o: o[1])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "space": self.space.to_dict(),
+            "direction": self.direction,
+            "seed": self.seed,
+            "config": self.config.to_dict(),
+            "observations": [[p, v] for p, v in self.observations],
+            "pending": [[p, pred] for p, pred in self.pending],
+            "states": [state_to_dict(s) for s in self.states],
+            "records": self.records,
+            "asked": self.asked,
+        }
+
+    @classmethod
+    def from_state_dict(cls, d: dict[str, Any]) -> Optimizer:
+        opt = cls(d["space"], d["direction"], d["seed"], config=d["config"])
+        opt.observations = [(dict(p), float(v)) for p, v in d["observations"]]
+        opt.pending = [(dict(p), pred) for p, pred in d["pending"]]
+        opt.states = [state_from_dict(s) for s in d["states"]]
+        opt.records = list(d["records"])
+        opt.asked = int(d["asked"])
+        return opt

@@ -1,0 +1,32 @@
+"""Quantile surrogates behind one protocol (see ``base.QuantileSurrogate``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .base import BaseSurrogate, QuantileSurrogate
+from .qe import QE
+from .qgbm import QGBM
+from .qgp import QGP
+from .ql import QL
+from .qrf import QRF
+
+SURROGATES: dict[str, type[BaseSurrogate]] = {
+    "qgbm": QGBM,
+    "qrf": QRF,
+    "ql": QL,
+    "qgp": QGP,
+    "qe": QE,
+}
+
+
+def make_surrogate(name: str, levels: Sequence[float], seed: int = 0, **options: Any) -> BaseSurrogate:
+    try:
+        cls = SURROGATES[name]
+    except KeyError:
+        raise ValueError(f"unknown surrogate {name!r}; choose from {sorted(SURROGATES)}") from None
+    return cls(levels, seed, **options)
+
+
+__all__ = ["SURROGATES", "BaseSurrogate", "QuantileSurrogate", "make_surrogate", "QE", "QGBM", "QGP", "QL", "QRF"]

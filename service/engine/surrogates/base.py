@@ -1,0 +1,81 @@
+"""The surrogate protocol: ``fit(X, y)`` and ``predict_quantiles(X, levels) -> (n, L)``.
+
+Every surrogate is built for a fixed, sorted grid of quantile levels (some
+families, e.g. gradient boosting, train one model per level). ``y`` is
+standardised here once so each family sees a unit-scale target, and the
+returned quantiles are sorted along the level axis (quantile-crossing repair).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, Self
+
+import numpy as np
+
+
+class QuantileSurrogate(Protocol):
+    levels: np.ndarray
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> Self: ...
+
+    def predict_quantiles(self, X: np.ndarray, levels: Sequence[float] | None = None) -> np.ndarray: ...
+
+    def fold_clone(self) -> QuantileSurrogate: ...
+
+
+class BaseSurrogate:
+    """Shared plumbing: level checks, target scaling, crossing repair.
+
+    Subclasses implement ``_fit(X, z)`` and ``_predict(X) -> (n, L)`` on the
+    standardised target ``z``.
+    """
+
+    name = "base"
+
+    def __init__(self, levels: Sequence[float], seed: int = 0, **options: Any) -> None:
+        lv = np.asarray(sorted(float(x) for x in levels))
+        if lv.size == 0 or lv[0] <= 0.0 or lv[-1] >= 1.0:
+            raise ValueError("quantile levels must lie strictly inside (0, 1)")
+        self.levels = lv
+        self.seed = int(seed)
+        self.options = options
+        self._mu = 0.0
+        self._sd = 1.0
+        self.fitted = False
+
+    def fold_clone(self) -> BaseSurrogate:
+        """An unfitted copy for a cross-validation fold.
+
+        Families with expensive hyperparameter search (the GP) hand their tuned
+        hyperparameters to the clone so that folds only refit, as CV+ and
+        stacking need K extra fits per refit.
+        """
+        return type(self)(self.levels, self.seed, **self.options)
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> Self:
+        X = np.asarray(X, dtype=float)
+        y = np.asarray(y, dtype=float).ravel()
+        if X.shape[0] != y.shape[0] or X.shape[0] < 2:
+            raise ValueError("need at least two observations with matching X and y")
+        self._mu = float(np.mean(y))
+        sd = float(np.std(y))
+        self._sd = sd if sd > 1e-12 else 1.0
+        self._fit(X, (y - self._mu) / self._sd)
+        self.fitted = True
+        return self
+
+    def predict_quantiles(self, X: np.ndarray, levels: Sequence[float] | None = None) -> np.ndarray:
+        if not self.fitted:
+            raise RuntimeError(f"{self.name} surrogate is not fitted")
+        if levels is not None and not np.allclose(np.sort(np.asarray(levels, float)), self.levels):
+            raise ValueError("this surrogate was fitted for other quantile levels")
+        q = self._predict(np.asarray(X, dtype=float))
+        q = np.sort(q, axis=1)  # quantile-crossing repair
+        return q * self._sd + self._mu
+
+    def _fit(self, X: np.ndarray, z: np.ndarray) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _predict(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
