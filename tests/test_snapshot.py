@@ -1,0 +1,141 @@
+"""Snapshots survive their bytes: a restored snapshot selects exactly what the original did."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from service.engine import (
+    ACIState,
+    EngineConfig,
+    SearchSpace,
+    Snapshot,
+    fit,
+    initial_states,
+    select,
+)
+
+SPACE = SearchSpace.from_dict({"a": {"type": "float", "low": 0, "high": 1},
+                               "b": {"type": "categorical", "choices": ["x", "y", "z"]}})
+
+
+def observations(n: int) -> list:
+    configs = SPACE.from_unit(SPACE.sample(n, 3))
+    return [(c, float(np.sin(6 * c["a"]) + {"x": 0, "y": 0.5, "z": 1}[c["b"]])) for c in configs]
+
+
+@pytest.mark.parametrize("n", [20, 40, 60])  # raw, CV+, split
+def test_bytes_round_trip_selects_identically(n: int) -> None:
+    cfg = EngineConfig(surrogate="qgp", n_candidates=200)
+    snap = fit(observations(n), SPACE, cfg, seed=1)
+    back = Snapshot.from_bytes(snap.to_bytes())
+    assert back.method == snap.method == {20: "raw", 40: "cv+", 60: "split"}[n]
+    for name in ("levels", "candidates", "raw", "observed", "scores", "fold_raw", "fold_of"):
+        a, b = getattr(snap, name), getattr(back, name)
+        assert (a is None and b is None) or np.array_equal(a, b), name
+    states = initial_states(cfg)
+    x = select(snap, states, SPACE, cfg, count=3, asked=n)
+    y = select(back, states, SPACE, cfg, count=3, asked=n)
+    assert [s.params for s in x] == [s.params for s in y]
+    assert [s.prediction for s in x] == [s.prediction for s in y]
+    for name in ("n_obs", "best", "surrogate", "fit_seconds", "meta"):
+        assert getattr(back, name) == getattr(snap, name), name
+    assert back.raw.dtype == np.float64
+    # any alpha, not only the nominal ones: the restored calibration is the same
+    moved = [ACIState(s.target, min(0.99, s.alpha * f)) for s, f in zip(states, (0.5, 1.3, 2.0, 0.7, 1.1), strict=True)]
+    np.testing.assert_array_equal(snap.bounds.at(np.array([m.alpha for m in moved])),
+                                  back.bounds.at(np.array([m.alpha for m in moved])))
+    x = select(snap, moved, SPACE, cfg, count=2, asked=n + 1, seed=5, pending=[x[0].params])
+    y = select(back, moved, SPACE, cfg, count=2, asked=n + 1, seed=5, pending=[y[0].params])
+    assert [s.params for s in x] == [s.params for s in y]
+    assert [s.prediction for s in x] == [s.prediction for s in y]
+
+
+@pytest.mark.parametrize("acquisition", ["ts", "obs", "ei", "ucb"])
+def test_maximize_snapshot_round_trip(acquisition: str) -> None:
+    cfg = EngineConfig(surrogate="qgp", n_candidates=200, acquisition=acquisition)
+    obs = [(c, -v) for c, v in observations(40)]
+    snap = fit(obs, SPACE, cfg, direction="maximize", seed=2)
+    back = Snapshot.from_bytes(snap.to_bytes())
+    assert back.best == snap.best == -max(v for _, v in obs)  # minimise orientation
+    states = initial_states(cfg)
+    x = select(snap, states, SPACE, cfg, count=2, direction="maximize", asked=40, seed=2)
+    y = select(back, states, SPACE, cfg, count=2, direction="maximize", asked=40, seed=2)
+    assert [s.params for s in x] == [s.params for s in y]
+    assert [s.prediction for s in x] == [s.prediction for s in y]
+
+
+def test_hand_built_snapshot_stores_float32_quantiles() -> None:
+    rng = np.random.default_rng(0)
+    levels = (np.arange(4) + 0.5) / 4
+    raw = np.sort(rng.normal(size=(6, 4)), axis=1)  # float64, not yet rounded
+    snap = Snapshot(n_obs=10, method="raw", levels=levels, candidates=SPACE.sample(6, 0), raw=raw,
+                    best=-1.25, observed=SPACE.sample(10, 1), meta={"note": "x", "k": [1, 2]})
+    back = Snapshot.from_bytes(snap.to_bytes())
+    np.testing.assert_array_equal(back.raw, raw.astype(np.float32).astype(np.float64))
+    np.testing.assert_allclose(back.raw, raw, rtol=1e-6)
+    np.testing.assert_array_equal(back.candidates, snap.candidates)  # unit rows keep float64
+    np.testing.assert_array_equal(back.observed, snap.observed)
+    assert back.scores is None and back.fold_raw is None and back.fold_of is None
+    assert back.meta == {"note": "x", "k": [1, 2]} and back.best == -1.25 and back.method == "raw"
+
+
+def test_fit_is_deterministic_and_candidates_unseen() -> None:
+    cfg = EngineConfig(surrogate="qgp", n_candidates=300)
+    obs = observations(30)
+    a, b = fit(obs, SPACE, cfg, seed=4), fit(obs, SPACE, cfg, seed=4)
+    assert np.array_equal(a.raw, b.raw) and np.array_equal(a.candidates, b.candidates)
+    seen = set(SPACE.keys(SPACE.to_unit([p for p, _ in obs])))
+    assert not seen & set(SPACE.keys(a.candidates))
+    assert len(set(SPACE.keys(a.candidates))) == a.candidates.shape[0]
+
+
+def test_corrupt_or_unknown_format_raises() -> None:
+    snap = fit(observations(20), SPACE, EngineConfig(surrogate="qgp", n_candidates=50), seed=0)
+    with pytest.raises(ValueError):
+        Snapshot.from_bytes(b"not a snapshot")
+    buf = io.BytesIO()
+    header = json.dumps({"format": 9}).encode()
+    np.savez(buf, header=np.frombuffer(header, dtype=np.uint8), raw=snap.raw)
+    with pytest.raises(ValueError):
+        Snapshot.from_bytes(buf.getvalue())
+
+
+def npz(header: object | None, **arrays: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    if header is not None:
+        arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def good_bytes() -> bytes:
+    return fit(observations(20), SPACE, EngineConfig(surrogate="qgp", n_candidates=50), seed=0).to_bytes()
+
+
+def npy_bytes() -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.zeros(3))
+    return buf.getvalue()
+
+
+HEADER = {"format": 1, "n_obs": 3, "method": "raw", "best": 0.0}
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda: b"", id="empty"),
+    pytest.param(lambda: b"PK\x03\x04 junk", id="zip-magic-junk"),
+    pytest.param(lambda: npz(None, raw=np.zeros((2, 2))), id="no-header"),
+    pytest.param(lambda: npz({"format": 0}), id="old-format"),
+    pytest.param(lambda: npz(HEADER | {"format": "1"}), id="format-as-string"),
+    pytest.param(lambda: good_bytes()[:-40], id="truncated-end"),
+    pytest.param(lambda: good_bytes()[: len(good_bytes()) // 2], id="truncated-half"),
+    pytest.param(npy_bytes, id="npy-not-npz"),
+    pytest.param(lambda: npz({"format": 1}), id="header-missing-keys"),
+    pytest.param(lambda: npz([1, 2]), id="header-not-an-object"),
+    pytest.param(lambda: npz(HEADER), id="arrays-missing"),
+])
+def test_every_corruption_is_a_value_error(make) -> None:
+    with pytest.raises(ValueError):
+        Snapshot.from_bytes(make())
