@@ -1,0 +1,151 @@
+"""Benchmark tasks: the papers' synthetic functions and real tuning on scikit-learn datasets.
+
+Every task is deterministic given its parameters and is minimised (losses and
+1 - accuracy). Spaces are in calibo's format.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    space: dict[str, dict[str, Any]]
+    objective: Callable[[dict[str, Any]], float]
+    optimum: float | None = None
+    direction: str = "minimize"
+
+
+# ------------------------------------------------------------------ synthetic
+def branin(p: dict[str, Any]) -> float:
+    x1, x2 = p["x1"], p["x2"]
+    b, c, t = 5.1 / (4 * math.pi**2), 5 / math.pi, 1 / (8 * math.pi)
+    return (x2 - b * x1**2 + c * x1 - 6) ** 2 + 10 * (1 - t) * math.cos(x1) + 10
+
+
+_H6_A = np.array([[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14],
+                  [3, 3.5, 1.7, 10, 17, 8], [17, 8, 0.05, 10, 0.1, 14]])
+_H6_P = 1e-4 * np.array([[1312, 1696, 5569, 124, 8283, 5886], [2329, 4135, 8307, 3736, 1004, 9991],
+                         [2348, 1451, 3522, 2883, 3047, 6650], [4047, 8828, 8732, 5743, 1091, 381]])
+_H6_ALPHA = np.array([1.0, 1.2, 3.0, 3.2])
+
+
+def hartmann6(p: dict[str, Any]) -> float:
+    x = np.array([p[f"x{i}"] for i in range(6)])
+    return float(-np.sum(_H6_ALPHA * np.exp(-np.sum(_H6_A * (x - _H6_P) ** 2, axis=1))))
+
+
+def ackley5(p: dict[str, Any]) -> float:
+    x = np.array([p[f"x{i}"] for i in range(5)])
+    d = x.size
+    return float(-20 * np.exp(-0.2 * np.sqrt(np.sum(x**2) / d)) - np.exp(np.sum(np.cos(2 * np.pi * x)) / d)
+                 + 20 + math.e)
+
+
+def mixed(p: dict[str, Any]) -> float:
+    """A mixed categorical + numeric surface.
+
+    ``optimizer`` (3 choices) shifts and rescales a Branin-like valley in
+    (log10 lr, width); ``activation`` (4 choices) adds an offset that interacts
+    with ``depth`` (an int) - the best depth differs per activation; ``dropout``
+    (a float) adds a quadratic whose centre depends on the optimizer. The
+    minimum is 0 at optimizer=adam, activation=gelu, depth=6, dropout=0.2,
+    lr=1e-3 and width=0.5.
+    """
+    opt_shift = {"sgd": (0.8, 1.6, 0.35), "adam": (0.0, 1.0, 0.2), "rmsprop": (0.4, 1.3, 0.1)}
+    act = {"relu": (0.3, 4), "gelu": (0.0, 6), "tanh": (0.6, 3), "sigmoid": (1.2, 2)}
+    s, scale, drop_c = opt_shift[p["optimizer"]]
+    off, best_depth = act[p["activation"]]
+    u = math.log10(p["lr"]) + 3.0  # 0 at lr = 1e-3
+    v = p["width"] - 0.5
+    valley = scale * ((u - 0.8 * v) ** 2 + 2.0 * v**2 + 0.3 * (1 - math.cos(3 * u)))
+    return valley + s + off + 0.08 * (p["depth"] - best_depth) ** 2 + 4.0 * (p["dropout"] - drop_c) ** 2
+
+
+# ----------------------------------------------------------------- real tuning
+@cache
+def _dataset(name: str) -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_breast_cancer, load_digits
+
+    if name == "digits":
+        X, y = load_digits(return_X_y=True)
+        # a fixed, stratified 600-sample subset keeps one evaluation well under a second
+        rng = np.random.default_rng(0)
+        idx = np.concatenate([rng.permutation(np.flatnonzero(y == c))[:60] for c in range(10)])
+        return X[idx], y[idx]
+    return load_breast_cancer(return_X_y=True)
+
+
+def _cv_error(model, data: str) -> float:
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+
+    X, y = _dataset(data)
+    cv = StratifiedKFold(3, shuffle=True, random_state=0)
+    return float(1.0 - cross_val_score(model, X, y, cv=cv, n_jobs=1).mean())
+
+
+def lgbm_digits(p: dict[str, Any]) -> float:
+    import lightgbm as lgb
+
+    model = lgb.LGBMClassifier(
+        learning_rate=p["learning_rate"], num_leaves=p["num_leaves"], min_child_samples=p["min_child_samples"],
+        subsample=p["subsample"], subsample_freq=1, colsample_bytree=p["colsample_bytree"],
+        reg_lambda=p["reg_lambda"], n_estimators=p["n_estimators"], n_jobs=1, verbose=-1, random_state=0,
+    )
+    return _cv_error(model, "digits")
+
+
+def rf_breast_cancer(p: dict[str, Any]) -> float:
+    from sklearn.ensemble import RandomForestClassifier
+
+    mf = None if p["max_features"] == "all" else p["max_features"]
+    model = RandomForestClassifier(
+        n_estimators=p["n_estimators"], max_depth=p["max_depth"], min_samples_leaf=p["min_samples_leaf"],
+        max_features=mf, criterion=p["criterion"], bootstrap=p["bootstrap"], n_jobs=1, random_state=0,
+    )
+    return _cv_error(model, "breast_cancer")
+
+
+def _floats(names: list[str], low: float, high: float) -> dict[str, dict[str, Any]]:
+    return {n: {"type": "float", "low": low, "high": high} for n in names}
+
+
+TASKS: dict[str, Task] = {
+    "branin": Task("branin", {"x1": {"type": "float", "low": -5.0, "high": 10.0},
+                              "x2": {"type": "float", "low": 0.0, "high": 15.0}}, branin, 0.397887),
+    "hartmann6": Task("hartmann6", _floats([f"x{i}" for i in range(6)], 0.0, 1.0), hartmann6, -3.32237),
+    "ackley5": Task("ackley5", _floats([f"x{i}" for i in range(5)], -32.768, 32.768), ackley5, 0.0),
+    "mixed": Task("mixed", {
+        "optimizer": {"type": "categorical", "choices": ["sgd", "adam", "rmsprop"]},
+        "activation": {"type": "categorical", "choices": ["relu", "gelu", "tanh", "sigmoid"]},
+        "lr": {"type": "float", "low": 1e-5, "high": 1.0, "log": True},
+        "depth": {"type": "int", "low": 1, "high": 12},
+        "width": {"type": "float", "low": 0.0, "high": 1.0},
+        "dropout": {"type": "float", "low": 0.0, "high": 0.6},
+    }, mixed, 0.0),
+    "lgbm_digits": Task("lgbm_digits", {
+        "learning_rate": {"type": "float", "low": 1e-3, "high": 0.5, "log": True},
+        "num_leaves": {"type": "int", "low": 4, "high": 128, "log": True},
+        "min_child_samples": {"type": "int", "low": 2, "high": 50},
+        "subsample": {"type": "float", "low": 0.5, "high": 1.0},
+        "colsample_bytree": {"type": "float", "low": 0.3, "high": 1.0},
+        "reg_lambda": {"type": "float", "low": 1e-4, "high": 10.0, "log": True},
+        "n_estimators": {"type": "int", "low": 10, "high": 120},
+    }, lgbm_digits, None),
+    "rf_breast_cancer": Task("rf_breast_cancer", {
+        "n_estimators": {"type": "int", "low": 10, "high": 100},
+        "max_depth": {"type": "int", "low": 2, "high": 20},
+        "min_samples_leaf": {"type": "int", "low": 1, "high": 20, "log": True},
+        "max_features": {"type": "categorical", "choices": ["sqrt", "log2", "all"]},
+        "criterion": {"type": "categorical", "choices": ["gini", "entropy", "log_loss"]},
+        "bootstrap": {"type": "categorical", "choices": [True, False]},
+    }, rf_breast_cancer, None),
+}
