@@ -20,6 +20,13 @@ def test_coverage_breach_and_rolling_error() -> None:
     np.testing.assert_allclose(M.cumulative_coverage(covered)[[0, 29, 39], 0], [1.0, 1.0, 0.75])
 
 
+def test_trailing_coverage_by_hand() -> None:
+    covered = np.array([[1, 0], [0, 0], [1, 1], [1, 1]], dtype=float)
+    got = M.trailing_coverage(covered, window=2)
+    np.testing.assert_allclose(got, [[1, 0], [0.5, 0], [0.5, 0.5], [1, 1]])
+    np.testing.assert_allclose(M.trailing_coverage(covered, window=10), M.cumulative_coverage(covered))
+
+
 def test_rolling_error_drops_the_partial_window() -> None:
     # 45 trials, one level: windows [0, 20) and [20, 40) count, the last 5 do not
     covered = np.zeros((45, 1))

@@ -109,6 +109,19 @@ def test_never_resuggests_in_a_small_discrete_space() -> None:
     assert len(seen) == 10
 
 
+def test_an_exhausted_space_returns_what_is_left_quickly() -> None:
+    space = SearchSpace.from_dict({"a": {"type": "int", "low": 0, "high": 2},
+                                   "b": {"type": "ordinal", "choices": [1, 2]}})
+    assert space.size == 6
+    assert SearchSpace.from_dict({"x": {"type": "float", "low": 0, "high": 1}}).size is None
+    opt = Optimizer(space, seed=0, n_warmup=10)
+    first = opt.ask(4)
+    rest = opt.ask(5)  # only two are left
+    assert opt.ask(1) == []
+    got = {(s.params["a"], s.params["b"]) for s in first + rest}
+    assert len(first) == 4 and len(rest) == 2 and len(got) == 6
+
+
 def test_maximize_finds_the_maximum() -> None:
     opt = Optimizer(BRANIN_SPACE, direction="maximize", seed=0, config=FAST)
     run(opt, lambda p: -branin(p), 50)

@@ -40,6 +40,15 @@ def cumulative_coverage(covered: np.ndarray) -> np.ndarray:
     return np.cumsum(c, axis=0) / np.arange(1, c.shape[0] + 1)[:, None]
 
 
+def trailing_coverage(covered: np.ndarray, window: int = 20) -> np.ndarray:
+    """(T, P) coverage over the last ``window`` trials (fewer at the start) after each trial."""
+    c = np.asarray(covered, dtype=float)
+    cs = np.vstack([np.zeros((1, c.shape[1])), np.cumsum(c, axis=0)])
+    t = np.arange(1, c.shape[0] + 1)
+    start = np.maximum(t - window, 0)
+    return (cs[t] - cs[start]) / (t - start)[:, None]
+
+
 def rolling_coverage_error(covered: np.ndarray, nominal: Sequence[float], window: int = 20) -> np.ndarray:
     c = np.asarray(covered, dtype=float)
     nominal = np.asarray(nominal, dtype=float)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -268,14 +268,19 @@ def warmup_points(space: SearchSpace, seed: int, start: int, count: int,
                 if len(out) == count:
                     break
     rng = np.random.default_rng([seed, start])
-    while len(out) < count:  # tiny discrete space: uniform draws for what is left
-        row = space.sample_uniform(1, rng)[0]
-        k = space.keys(row)[0]
-        if k not in exclude and k not in keys:
-            keys.add(k)
-            out.append(row)
-        elif len(keys) + len(exclude) >= 10**6:
-            break
+    size = space.size
+    tries = 0
+    while len(out) < count and tries < 1000:  # small discrete space: uniform draws for what is left
+        if size is not None and len(keys) + len(exclude) >= size and len(keys | set(exclude)) >= size:
+            break  # every configuration is taken
+        tries += 1
+        batch = space.sample_uniform(64, rng)
+        for row, k in zip(batch, space.keys(batch), strict=True):
+            if k not in exclude and k not in keys:
+                keys.add(k)
+                out.append(row)
+                if len(out) == count:
+                    break
     return np.array(out).reshape(-1, space.dim)
 
 
@@ -292,6 +297,7 @@ def select(
     exclude: Sequence[dict[str, Any]] = (),
     pending: Sequence[dict[str, Any]] = (),
     n_observed: int | None = None,
+    exclude_keys: Collection[bytes] = (),
 ) -> list[Suggestion]:
     """``count`` distinct configurations.
 
@@ -299,14 +305,16 @@ def select(
     failed ...). ``pending``: running configurations; never returned, and the
     batch keeps ``config.diversity`` away from them. ``asked``: how many trials
     the study has asked so far (position in its warm-start sequence and the
-    select rng's key). Before ``n_warmup`` observations, or without a
-    snapshot, points come from the study's scrambled Sobol sequence.
+    select rng's key). ``exclude_keys``: like ``exclude``, as ``space.keys``
+    of the configurations (what the service stores with each trial). Before
+    ``n_warmup`` observations, or without a snapshot, points come from the
+    study's scrambled Sobol sequence.
     """
     sign = _sign(direction)
     rng = np.random.default_rng([seed, asked, 11])
     busy = [*exclude, *pending]
-    busy_unit = space.to_unit(busy) if busy else np.empty((0, space.dim))
-    busy_keys = set(space.keys(busy_unit)) if busy else set()
+    busy_keys = set(space.keys(space.to_unit(busy))) if busy else set()
+    busy_keys.update(exclude_keys)
     n_obs = snapshot.n_obs if n_observed is None and snapshot is not None else (n_observed or 0)
     if snapshot is None or n_obs < config.n_warmup:
         if snapshot is not None:
@@ -317,7 +325,7 @@ def select(
     cand = snapshot.candidates
     alive = np.ones(cand.shape[0], dtype=bool)
     if busy_keys:
-        alive &= np.array([k not in busy_keys for k in space.keys(cand)])
+        alive &= np.array([k not in busy_keys for k in snapshot.candidate_keys()])
     alphas = np.array([s.alpha for s in states], dtype=float)
     Q = snapshot.bounds.at(alphas)
     radius = config.diversity * math.sqrt(space.dim)
@@ -375,6 +383,8 @@ def adapt(
         "coverage": [iv["coverage"] for iv in prediction["intervals"]],
         "alpha": [iv["alpha"] for iv in prediction["intervals"]],
         "covered": covered,
+        "lower": [float(iv["lower"]) for iv in prediction["intervals"]],
+        "upper": [float(iv["upper"]) for iv in prediction["intervals"]],
         "width": widths,
         "beta": betas or None,
         "mean": prediction.get("mean"),
@@ -452,9 +462,9 @@ class Optimizer:
     def tell(self, params: dict[str, Any], value: float, prediction: dict[str, Any] | None = None) -> None:
         params = self.space.validate(params)
         value = check_value(value)
-        key = self.space.keys(self.space.to_unit([params]))[0]
+        key = self.space.key(params)
         for i, (p, pred) in enumerate(self.pending):
-            if self.space.keys(self.space.to_unit([p]))[0] == key:
+            if self.space.key(p) == key:
                 del self.pending[i]
                 prediction = prediction if prediction is not None else pred
                 break

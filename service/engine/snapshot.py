@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .conformal import Bounds
+from .space import SearchSpace
 
 FORMAT_VERSION = 1
 _ARRAYS = ("levels", "candidates", "raw", "scores", "fold_raw", "fold_of", "observed")
@@ -39,6 +40,13 @@ class Snapshot:
     fit_seconds: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
     _bounds: Bounds | None = field(default=None, init=False, repr=False, compare=False)
+    _keys: list[bytes] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def candidate_keys(self) -> list[bytes]:
+        """``SearchSpace.keys`` of the candidates, computed once per snapshot."""
+        if self._keys is None:
+            self._keys = SearchSpace.keys(self.candidates)
+        return self._keys
 
     @property
     def bounds(self) -> Bounds:

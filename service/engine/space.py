@@ -236,6 +236,16 @@ class SearchSpace:
     def n_features(self) -> int:
         return sum(p.n_features for p in self.params)
 
+    @property
+    def size(self) -> int | None:
+        """How many distinct configurations there are; None when a float makes it unbounded."""
+        n = 1
+        for p in self.params:
+            if p.type == "float":
+                return None
+            n *= len(p.choices) if p.type in ("categorical", "ordinal") else int(p.high) - int(p.low) + 1
+        return n
+
     # ----------------------------------------------------------- validation
     def validate(self, params: Any) -> dict[str, Any]:
         """Check a told configuration; return it canonicalised (ints as int...)."""
@@ -306,6 +316,10 @@ class SearchSpace:
         """
         r = np.ascontiguousarray(np.atleast_2d(u), dtype=np.float64) + 0.0  # folds -0.0 into 0.0
         return [row.tobytes() for row in r]
+
+    def key(self, params: dict[str, Any]) -> bytes:
+        """The key of one validated configuration (see ``keys``)."""
+        return self.keys(self.to_unit([params]))[0]
 
     # --------------------------------------------------------------- sampling
     def sample(self, n: int, seed: int | np.random.Generator, *, skip: int = 0) -> np.ndarray:
