@@ -1,0 +1,71 @@
+"""Service settings from the environment (``CALIBO_*``), via pydantic-settings."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_workers() -> int:
+    # One fit process per two cores, at least one: the API and the database
+    # need the rest.
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
+class Settings(BaseSettings):
+    """Every field can be set as ``CALIBO_<NAME>`` (e.g. ``CALIBO_DATABASE_URL``)."""
+
+    model_config = SettingsConfigDict(env_prefix="CALIBO_", extra="ignore")
+
+    database_url: str = Field(
+        "sqlite:///./calibo.db",
+        description="SQLAlchemy URL: sqlite:///path.db (default) or postgresql://user@host/db",
+    )
+    workers: int = Field(
+        default_factory=_default_workers, ge=0,
+        description="fit processes in the local pool; 0 runs fits on a thread of the API process",
+    )
+    ask_wait_seconds: float = Field(
+        5.0, ge=0, le=600,
+        description="default bound on how long an ask waits for a fit covering the latest tells "
+        "(studies override it with settings.ask_wait_seconds)",
+    )
+    fit_retries: int = Field(3, ge=0, description="retries of a crashed fit before giving up until the next tell")
+    api_tokens: str = Field(
+        "", description="comma-separated `token` or `token:role` (role write, the default, or read); "
+        "empty disables auth",
+    )
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    snapshot_cache: int = Field(64, ge=1, description="snapshots kept deserialised in memory")
+    migrate: bool = Field(True, description="run `alembic upgrade head` when the app starts")
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, v: object) -> object:
+        return v.lower() if isinstance(v, str) else v
+
+    @field_validator("database_url")
+    @classmethod
+    def _driver(cls, v: str) -> str:
+        # psycopg (v3) is the PostgreSQL driver calibo installs
+        for prefix in ("postgresql://", "postgres://"):
+            if v.startswith(prefix):
+                return "postgresql+psycopg://" + v[len(prefix):]
+        return v
+
+    def tokens(self) -> dict[str, str]:
+        """``{token: role}`` from ``api_tokens``."""
+        out: dict[str, str] = {}
+        for item in self.api_tokens.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            token, _, role = item.partition(":")
+            role = role.strip() or "write"
+            if role not in ("read", "write"):
+                raise ValueError(f"CALIBO_API_TOKENS: role {role!r} must be read or write")
+            out[token.strip()] = role
+        return out

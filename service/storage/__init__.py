@@ -1,0 +1,22 @@
+"""Persistence: SQLAlchemy 2.0 models and the only code that writes SQL."""
+
+from .db import make_engine, upgrade, write_engine
+from .models import FINISHED_STATES, TRIAL_STATES, SnapshotRow, StudyRow, TrialRow
+from .repo import FitInputs, Storage, StudyInfo, StudyTx, as_utc, now
+
+__all__ = [
+    "FINISHED_STATES",
+    "TRIAL_STATES",
+    "FitInputs",
+    "SnapshotRow",
+    "Storage",
+    "StudyInfo",
+    "StudyRow",
+    "StudyTx",
+    "TrialRow",
+    "as_utc",
+    "make_engine",
+    "now",
+    "upgrade",
+    "write_engine",
+]

@@ -1,0 +1,94 @@
+"""SQLAlchemy 2.0 models. The schema itself is created only by Alembic (migrations/)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import BYTEA, JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+Blob = LargeBinary().with_variant(BYTEA(), "postgresql")
+
+TRIAL_STATES = ("running", "complete", "failed", "pruned")
+FINISHED_STATES = ("complete", "failed", "pruned")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class StudyRow(Base):
+    """A study: its definition, counters, adaptive state and newest-snapshot pointer.
+
+    The counters (``next_number``, ``n_complete``) and the adaptive state change
+    only under the study's lock, so asks and tells see them consistently.
+    """
+
+    __tablename__ = "studies"
+    __table_args__ = (UniqueConstraint("name", name="uq_studies_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(255))
+    definition: Mapped[dict[str, Any]] = mapped_column(Json)  # canonical create request
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    next_number: Mapped[int] = mapped_column(Integer, default=0)
+    n_complete: Mapped[int] = mapped_column(Integer, default=0)
+    adaptive: Mapped[list[dict[str, Any]]] = mapped_column(Json)
+    best_trial_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    best_value: Mapped[float | None] = mapped_column(Double, nullable=True)
+    snapshot_version: Mapped[int] = mapped_column(Integer, default=0)
+    snapshot_n_obs: Mapped[int] = mapped_column(Integer, default=0)
+    fitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    fit_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class TrialRow(Base):
+    __tablename__ = "trials"
+    __table_args__ = (
+        UniqueConstraint("study_id", "number", name="uq_trials_study_number"),
+        Index("ix_trials_study_state", "study_id", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    params: Mapped[dict[str, Any]] = mapped_column(Json)
+    ukey: Mapped[str] = mapped_column(String(512))  # hex of the engine's configuration key
+    value: Mapped[float | None] = mapped_column(Double, nullable=True)
+    prediction: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    points: Mapped[bytes | None] = mapped_column(Blob, nullable=True)  # conformal point sets, for adapt
+    record: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # adapt's calibration record
+    worker_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    snapshot_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    asked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class SnapshotRow(Base):
+    __tablename__ = "snapshots"
+    __table_args__ = (UniqueConstraint("study_id", "version", name="uq_snapshots_study_version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    n_obs: Mapped[int] = mapped_column(Integer)
+    method: Mapped[str] = mapped_column(String(16))
+    fit_seconds: Mapped[float] = mapped_column(Double)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    data: Mapped[bytes] = mapped_column(Blob)

@@ -1,0 +1,394 @@
+"""All of calibo's SQL: studies, trials, snapshots.
+
+Reads run in ordinary transactions. Every read-modify-write of a study (ask,
+tell, saving a snapshot) runs inside :meth:`Storage.locked`, which holds the
+study's lock for the whole transaction: ``SELECT ... FOR UPDATE`` on the study
+row on PostgreSQL; on SQLite a ``BEGIN IMMEDIATE`` transaction (the database's
+write lock, which also holds across processes) taken behind a process-local
+mutex, so that threads queue on the mutex instead of in SQLite's sleeping busy
+handler.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from ..errors import Conflict, NotFound
+from .db import make_engine, upgrade, write_engine
+from .models import FINISHED_STATES, TRIAL_STATES, SnapshotRow, StudyRow, TrialRow
+
+SNAPSHOTS_KEPT = 3  # newest snapshots per study; older ones are deleted when a fit lands
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def as_utc(t: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; everything calibo stores is UTC."""
+    if t is None:
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+@dataclass
+class StudyInfo:
+    """A study row with its trial counts, detached from any session."""
+
+    id: int
+    name: str
+    definition: dict[str, Any]
+    created_at: datetime
+    next_number: int
+    n_complete: int
+    adaptive: list[dict[str, Any]]
+    best_trial_id: int | None
+    best_value: float | None
+    snapshot_version: int
+    snapshot_n_obs: int
+    fitted_at: datetime | None
+    fit_error: str | None
+    counts: dict[str, int]
+    best_trial: dict[str, Any] | None = None
+    fit_seconds: float | None = None
+    fit_method: str | None = None
+
+
+@dataclass
+class FitInputs:
+    definition: dict[str, Any]
+    observations: list[tuple[dict[str, Any], float]]  # completed trials, by trial number
+    snapshot_n_obs: int
+
+
+def _info(row: StudyRow, counts: dict[str, int]) -> StudyInfo:
+    full = {s: 0 for s in TRIAL_STATES} | counts
+    full["total"] = sum(full[s] for s in TRIAL_STATES)
+    return StudyInfo(
+        id=row.id, name=row.name, definition=row.definition, created_at=as_utc(row.created_at),
+        next_number=row.next_number, n_complete=row.n_complete, adaptive=row.adaptive,
+        best_trial_id=row.best_trial_id, best_value=row.best_value,
+        snapshot_version=row.snapshot_version, snapshot_n_obs=row.snapshot_n_obs,
+        fitted_at=as_utc(row.fitted_at), fit_error=row.fit_error, counts=full,
+    )
+
+
+class StudyTx:
+    """One locked transaction on one study (see :meth:`Storage.locked`)."""
+
+    def __init__(self, session: Session, study: StudyRow) -> None:
+        self.session = session
+        self.study = study
+
+    # ----------------------------------------------------------------- reads
+    def running_trials(self) -> list[TrialRow]:
+        return list(self.session.scalars(
+            select(TrialRow).where(TrialRow.study_id == self.study.id, TrialRow.state == "running")
+            .order_by(TrialRow.number)
+        ))
+
+    def finished_keys(self) -> list[str]:
+        """Keys of every finished trial's configuration (never suggested again)."""
+        return list(self.session.scalars(
+            select(TrialRow.ukey).where(TrialRow.study_id == self.study.id, TrialRow.state != "running")
+        ))
+
+    def snapshot_data(self, version: int) -> bytes | None:
+        return self.session.scalar(
+            select(SnapshotRow.data).where(SnapshotRow.study_id == self.study.id,
+                                           SnapshotRow.version == version)
+        )
+
+    def trial(self, trial_id: int) -> TrialRow:
+        t = self.session.scalar(
+            select(TrialRow).where(TrialRow.id == trial_id, TrialRow.study_id == self.study.id)
+        )
+        if t is None:
+            raise NotFound(f"trial {trial_id} not found in study {self.study.id}", field="trial_id")
+        return t
+
+    # ---------------------------------------------------------------- writes
+    def add_trials(self, trials: Sequence[dict[str, Any]], worker_id: str | None) -> list[TrialRow]:
+        """Record new running trials, numbered densely from the study's counter."""
+        t0 = now()
+        rows = []
+        for spec in trials:
+            rows.append(TrialRow(
+                study_id=self.study.id, number=self.study.next_number, state="running",
+                params=spec["params"], ukey=spec["ukey"], prediction=spec.get("prediction"),
+                points=spec.get("points"), snapshot_version=spec.get("snapshot_version"),
+                worker_id=worker_id, asked_at=t0, heartbeat_at=t0,
+            ))
+            self.study.next_number += 1
+        self.session.add_all(rows)
+        self.session.flush()
+        return rows
+
+    def finish(self, trial: TrialRow, state: str, value: float | None,
+               record: dict[str, Any] | None = None, adaptive: list[dict[str, Any]] | None = None,
+               better: bool = False) -> None:
+        """Move a running trial to ``state``; on completion update counters, best and alpha."""
+        trial.state = state
+        trial.value = value
+        trial.record = record
+        trial.finished_at = now()
+        if state == "complete":
+            self.study.n_complete += 1
+            if adaptive is not None:
+                self.study.adaptive = adaptive
+            if better:
+                self.study.best_trial_id = trial.id
+                self.study.best_value = value
+
+    def fail_stale(self, trials: Sequence[TrialRow], cutoff: datetime) -> list[TrialRow]:
+        """Fail running trials whose last sign of life is older than ``cutoff``."""
+        stale = [t for t in trials if as_utc(t.heartbeat_at or t.asked_at) < cutoff]
+        for t in stale:
+            self.finish(t, "failed", None, {"reason": "heartbeat timeout"})
+        return stale
+
+
+class Storage:
+    """The service's database. Thread-safe; one per process."""
+
+    def __init__(self, url: str, *, migrate: bool = True, engine: Engine | None = None) -> None:
+        self.engine = engine if engine is not None else make_engine(url)
+        self.wengine = write_engine(self.engine)
+        self.dialect = self.engine.dialect.name
+        self._sqlite_writer = threading.Lock() if self.dialect == "sqlite" else None
+        if migrate:
+            upgrade(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------ sessions
+    def _read(self) -> Session:
+        return Session(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        lock = self._sqlite_writer
+        if lock is not None:
+            lock.acquire()
+        try:
+            with Session(self.wengine, expire_on_commit=False) as s, s.begin():
+                yield s
+        finally:
+            if lock is not None:
+                lock.release()
+
+    @contextmanager
+    def locked(self, study_id: int) -> Iterator[StudyTx]:
+        """A write transaction holding ``study_id``'s lock; commits on success."""
+        with self._write() as s:
+            q = select(StudyRow).where(StudyRow.id == study_id)
+            if self.dialect == "postgresql":
+                q = q.with_for_update()
+            row = s.scalar(q)
+            if row is None:
+                raise NotFound(f"study {study_id} not found", field="study_id")
+            yield StudyTx(s, row)
+
+    # -------------------------------------------------------------- studies
+    def create_study(self, name: str, definition: dict[str, Any],
+                     adaptive: list[dict[str, Any]]) -> tuple[StudyInfo, bool]:
+        """Create, or return the existing study if its definition is identical.
+
+        Returns ``(study, created)``; a different definition under the same name
+        is a Conflict.
+        """
+        existing = self._by_name(name)
+        if existing is None:
+            try:
+                with self._write() as s:
+                    row = StudyRow(name=name, definition=definition, created_at=now(), next_number=0,
+                                   n_complete=0, adaptive=adaptive, snapshot_version=0, snapshot_n_obs=0)
+                    s.add(row)
+                    s.flush()
+                    study_id = row.id
+                return self.get_study(study_id), True
+            except IntegrityError:  # a concurrent create of the same name won the race
+                existing = self._by_name(name)
+                if existing is None:
+                    raise
+        if existing.definition != definition:
+            raise Conflict(f"a study named {name!r} exists with a different definition", field="name",
+                           code="name_conflict")
+        return self.get_study(existing.id), False
+
+    def _by_name(self, name: str) -> StudyRow | None:
+        with self._read() as s:
+            return s.scalar(select(StudyRow).where(StudyRow.name == name))
+
+    def _counts(self, s: Session, study_ids: Sequence[int] | None = None) -> dict[int, dict[str, int]]:
+        q = select(TrialRow.study_id, TrialRow.state, func.count()).group_by(TrialRow.study_id, TrialRow.state)
+        if study_ids is not None:
+            q = q.where(TrialRow.study_id.in_(study_ids))
+        out: dict[int, dict[str, int]] = {}
+        for sid, state, n in s.execute(q):
+            out.setdefault(sid, {})[state] = n
+        return out
+
+    def get_study(self, study_id: int) -> StudyInfo:
+        with self._read() as s:
+            row = s.get(StudyRow, study_id)
+            if row is None:
+                raise NotFound(f"study {study_id} not found", field="study_id")
+            info = _info(row, self._counts(s, [study_id]).get(study_id, {}))
+            if row.best_trial_id is not None:
+                best = s.get(TrialRow, row.best_trial_id)
+                if best is not None:
+                    info.best_trial = {"id": best.id, "number": best.number, "params": best.params,
+                                       "value": best.value}
+            snap = s.execute(
+                select(SnapshotRow.fit_seconds, SnapshotRow.method)
+                .where(SnapshotRow.study_id == study_id, SnapshotRow.version == row.snapshot_version)
+            ).first()
+            if snap is not None:
+                info.fit_seconds, info.fit_method = snap
+            return info
+
+    def list_studies(self) -> list[StudyInfo]:
+        with self._read() as s:
+            rows = list(s.scalars(select(StudyRow).order_by(StudyRow.id)))
+            counts = self._counts(s)
+            best_ids = [r.best_trial_id for r in rows if r.best_trial_id is not None]
+            best = {t.id: t for t in s.scalars(select(TrialRow).where(TrialRow.id.in_(best_ids)))} if best_ids else {}
+            out = []
+            for r in rows:
+                info = _info(r, counts.get(r.id, {}))
+                t = best.get(r.best_trial_id)
+                if t is not None:
+                    info.best_trial = {"id": t.id, "number": t.number, "params": t.params, "value": t.value}
+                out.append(info)
+            return out
+
+    def definition(self, study_id: int) -> dict[str, Any]:
+        with self._read() as s:
+            d = s.scalar(select(StudyRow.definition).where(StudyRow.id == study_id))
+        if d is None:
+            raise NotFound(f"study {study_id} not found", field="study_id")
+        return d
+
+    def delete_study(self, study_id: int) -> None:
+        with self._write() as s:
+            if s.get(StudyRow, study_id) is None:
+                raise NotFound(f"study {study_id} not found", field="study_id")
+            # explicit, so the cascade does not depend on the database's FK enforcement
+            s.execute(delete(SnapshotRow).where(SnapshotRow.study_id == study_id))
+            s.execute(delete(TrialRow).where(TrialRow.study_id == study_id))
+            s.execute(delete(StudyRow).where(StudyRow.id == study_id))
+
+    def progress(self, study_id: int) -> tuple[int, int, int]:
+        """``(completed trials, observations in the newest snapshot, running trials)``."""
+        with self._read() as s:
+            row = s.execute(select(StudyRow.n_complete, StudyRow.snapshot_n_obs)
+                            .where(StudyRow.id == study_id)).first()
+            if row is None:
+                raise NotFound(f"study {study_id} not found", field="study_id")
+            running = s.scalar(select(func.count()).select_from(TrialRow)
+                               .where(TrialRow.study_id == study_id, TrialRow.state == "running"))
+            return row[0], row[1], int(running or 0)
+
+    # --------------------------------------------------------------- trials
+    def list_trials(self, study_id: int, state: str | None, limit: int, offset: int) -> tuple[list[TrialRow], int]:
+        with self._read() as s:
+            if s.get(StudyRow, study_id) is None:
+                raise NotFound(f"study {study_id} not found", field="study_id")
+            where = [TrialRow.study_id == study_id]
+            if state is not None:
+                where.append(TrialRow.state == state)
+            total = s.scalar(select(func.count()).select_from(TrialRow).where(*where)) or 0
+            rows = list(s.scalars(select(TrialRow).where(*where).order_by(TrialRow.number)
+                                  .limit(limit).offset(offset)))
+            return rows, int(total)
+
+    def get_trial(self, study_id: int, trial_id: int) -> TrialRow:
+        with self._read() as s:
+            t = s.scalar(select(TrialRow).where(TrialRow.id == trial_id, TrialRow.study_id == study_id))
+            if t is None:
+                if s.get(StudyRow, study_id) is None:
+                    raise NotFound(f"study {study_id} not found", field="study_id")
+                raise NotFound(f"trial {trial_id} not found in study {study_id}", field="trial_id")
+            return t
+
+    def heartbeat(self, study_id: int, trial_id: int) -> None:
+        with self._write() as s:
+            res = s.execute(update(TrialRow)
+                            .where(TrialRow.id == trial_id, TrialRow.study_id == study_id,
+                                   TrialRow.state == "running")
+                            .values(heartbeat_at=now()))
+            if res.rowcount == 0:
+                t = s.scalar(select(TrialRow.state).where(TrialRow.id == trial_id,
+                                                          TrialRow.study_id == study_id))
+                if t is None:
+                    raise NotFound(f"trial {trial_id} not found in study {study_id}", field="trial_id")
+                raise Conflict(f"trial {trial_id} is already {t}", field="trial_id", code="trial_finished")
+
+    def calibration_rows(self, study_id: int) -> list[tuple[int, int, dict[str, Any], dict[str, Any]]]:
+        """``(trial id, number, params, record)`` of completed trials that had a prediction."""
+        with self._read() as s:
+            if s.get(StudyRow, study_id) is None:
+                raise NotFound(f"study {study_id} not found", field="study_id")
+            q = (select(TrialRow.id, TrialRow.number, TrialRow.params, TrialRow.record)
+                 .where(TrialRow.study_id == study_id, TrialRow.state == "complete",
+                        TrialRow.record.is_not(None))
+                 .order_by(TrialRow.finished_at, TrialRow.id))
+            return [tuple(r) for r in s.execute(q)]
+
+    # ----------------------------------------------------------------- fits
+    def fit_inputs(self, study_id: int) -> FitInputs | None:
+        """What a fit of ``study_id`` needs, or None if the study is gone."""
+        with self._read() as s:
+            row = s.execute(select(StudyRow.definition, StudyRow.snapshot_n_obs)
+                            .where(StudyRow.id == study_id)).first()
+            if row is None:
+                return None
+            obs = s.execute(select(TrialRow.params, TrialRow.value)
+                            .where(TrialRow.study_id == study_id, TrialRow.state == "complete")
+                            .order_by(TrialRow.number))
+            return FitInputs(row[0], [(p, float(v)) for p, v in obs], row[1])
+
+    def save_snapshot(self, study_id: int, *, n_obs: int, method: str, fit_seconds: float,
+                      data: bytes) -> int | None:
+        """Store a fit's snapshot if it is newer than the study's; return its version."""
+        try:
+            with self.locked(study_id) as tx:
+                st = tx.study
+                if n_obs <= st.snapshot_n_obs:
+                    return None
+                version = st.snapshot_version + 1
+                tx.session.add(SnapshotRow(study_id=study_id, version=version, n_obs=n_obs, method=method,
+                                           fit_seconds=fit_seconds, created_at=now(), data=data))
+                st.snapshot_version = version
+                st.snapshot_n_obs = n_obs
+                st.fitted_at = now()
+                st.fit_error = None
+                tx.session.execute(delete(SnapshotRow).where(SnapshotRow.study_id == study_id,
+                                                             SnapshotRow.version <= version - SNAPSHOTS_KEPT))
+                return version
+        except NotFound:
+            return None  # deleted while it was being fitted
+
+    def record_fit_error(self, study_id: int, message: str) -> None:
+        with self._write() as s:
+            s.execute(update(StudyRow).where(StudyRow.id == study_id).values(fit_error=message[:4000]))
+
+    def studies_needing_fit(self, min_obs: int = 4) -> list[int]:
+        """Studies whose newest snapshot lags their completed trials (e.g. after a restart)."""
+        with self._read() as s:
+            return list(s.scalars(select(StudyRow.id).where(StudyRow.n_complete > StudyRow.snapshot_n_obs,
+                                                            StudyRow.n_complete >= min_obs)))
+
+
+__all__ = ["FINISHED_STATES", "TRIAL_STATES", "FitInputs", "Storage", "StudyInfo", "StudyTx", "as_utc", "now"]
