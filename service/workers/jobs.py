@@ -1,0 +1,61 @@
+"""The fit job: load a study's completed trials, run the engine's ``fit``, store the snapshot.
+
+The same function runs in the local process pool (``calibo serve``) and, on a
+cluster, in ``calibo worker`` processes; it is idempotent (a fit that finds the
+stored snapshot already current does nothing) and safe to run twice at once
+(``Storage.save_snapshot`` keeps only a snapshot newer than the stored one).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from ..engine import EngineConfig, SearchSpace, fit
+from ..storage import Storage
+
+log = logging.getLogger("calibo.workers")
+
+_storage: Storage | None = None  # per worker process, made by ``init_process``
+
+
+def init_process(database_url: str) -> None:
+    """Process-pool initializer: one database connection pool per worker process."""
+    global _storage
+    # Fits are single-threaded by design (engine.fit limits BLAS to one thread);
+    # the pool's parallelism is across studies.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    _storage = Storage(database_url, migrate=False)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with_parent(parent: int, every: float = 1.0) -> None:
+    """A worker whose server was killed (no clean shutdown to stop it) exits too."""
+    while os.getppid() == parent:
+        time.sleep(every)
+    os._exit(0)
+
+
+def fit_study(study_id: int, storage: Storage | None = None) -> dict[str, Any]:
+    """Fit ``study_id`` on its completed trials if its snapshot lags them."""
+    storage = storage if storage is not None else _storage
+    if storage is None:
+        raise RuntimeError("fit_study needs a storage (init_process was not called)")
+    inputs = storage.fit_inputs(study_id)
+    if inputs is None:
+        return {"study_id": study_id, "status": "deleted"}
+    d = inputs.definition
+    config = EngineConfig.from_dict(d["config"])
+    n = len(inputs.observations)
+    if n < max(config.n_warmup, 4) or n <= inputs.snapshot_n_obs:
+        return {"study_id": study_id, "status": "current", "n_obs": inputs.snapshot_n_obs}
+    snap = fit(inputs.observations, SearchSpace.from_dict(d["space"]), config, d["direction"], d["seed"])
+    version = storage.save_snapshot(study_id, n_obs=n, method=snap.method,
+                                    fit_seconds=snap.fit_seconds, data=snap.to_bytes())
+    log.debug("study %s: fitted on %d observations in %.3f s (version %s)",
+              study_id, n, snap.fit_seconds, version)
+    return {"study_id": study_id, "status": "fitted" if version else "superseded", "n_obs": n,
+            "version": version, "fit_seconds": snap.fit_seconds, "method": snap.method}

@@ -1,0 +1,203 @@
+"""The local fit pool inside ``calibo serve``: fits off the request path, coalesced per study.
+
+``request(study)`` after a tell queues a fit unless one is queued or running
+for that study, in which case it only marks the study dirty: when the running
+fit lands, one more fit runs on everything told meanwhile. So a burst of tells
+costs at most two fits, and fits of one study never run concurrently.
+
+A fit that raises is logged, recorded on the study (``fit_error``) and retried
+with backoff up to ``retries`` times; a worker process that dies (the pool
+breaks) is replaced. Neither reaches the API: asks keep serving the newest
+stored snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from ..storage import Storage
+from .jobs import fit_study, init_process
+
+log = logging.getLogger("calibo.workers")
+
+
+@dataclass
+class _StudyFits:
+    running: bool = False
+    dirty: bool = False
+    attempts: int = 0
+    fitted_n_obs: int = 0
+    last_error: str | None = None
+
+
+class FitPool:
+    """Coalescing fit scheduler over a process pool (or a thread, with ``workers=0``)."""
+
+    def __init__(self, storage: Storage, database_url: str, workers: int = 1, retries: int = 3,
+                 backoff: float = 0.5, job: Callable[..., dict[str, Any]] = fit_study) -> None:
+        """``job(study_id[, storage=...])`` is the fit (a module-level function, for pickling)."""
+        self.storage = storage
+        self.job = job
+        self.database_url = database_url
+        self.workers = workers
+        self.retries = retries
+        self.backoff = backoff
+        self._cond = threading.Condition()
+        self._studies: dict[int, _StudyFits] = {}
+        self._closed = False
+        self._swap = threading.Lock()
+        self._executor = self._make_executor()
+        self.fits_done = 0
+        self.fits_failed = 0
+
+    def _make_executor(self) -> Executor:
+        if self.workers == 0:
+            return ThreadPoolExecutor(1, thread_name_prefix="calibo-fit")
+        # spawn: the API process runs threads (uvicorn, SQLAlchemy pools) that fork would copy mid-state
+        ctx = multiprocessing.get_context("spawn")
+        return ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=init_process,
+                                   initargs=(self.database_url,))
+
+    def _job(self) -> Callable[[int], dict[str, Any]]:
+        if self.workers == 0:
+            return partial(self.job, storage=self.storage)
+        return self.job
+
+    # --------------------------------------------------------------- public
+    def request(self, study_id: int) -> None:
+        """Queue a fit of ``study_id`` (coalescing with one queued or running)."""
+        with self._cond:
+            if self._closed:
+                return
+            st = self._studies.setdefault(study_id, _StudyFits())
+            if st.running:
+                st.dirty = True
+                return
+            st.running = True
+            st.dirty = False
+        self._submit(study_id)
+
+    def busy(self, study_id: int) -> bool:
+        with self._cond:
+            st = self._studies.get(study_id)
+            return bool(st and st.running)
+
+    def wait(self, study_id: int, n_obs: int, timeout: float) -> bool:
+        """Wait until a fit on at least ``n_obs`` observations landed, none is running, or timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                st = self._studies.get(study_id)
+                if st is None or st.fitted_n_obs >= n_obs:
+                    return st is not None
+                if not st.running:
+                    return False
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+
+    def forget(self, study_id: int) -> None:
+        with self._cond:
+            self._studies.pop(study_id, None)
+            self._cond.notify_all()
+
+    def status(self, study_id: int) -> dict[str, Any]:
+        with self._cond:
+            st = self._studies.get(study_id)
+            if st is None:
+                return {"fitting": False, "queued": False}
+            return {"fitting": st.running, "queued": st.dirty}
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    # ------------------------------------------------------------- internal
+    def _submit(self, study_id: int) -> None:
+        executor = self._executor
+        try:
+            fut = executor.submit(self._job(), study_id)
+        except (BrokenProcessPool, RuntimeError) as e:
+            with self._cond:
+                closed = self._closed
+            if closed:
+                return
+            log.error("fit pool broken (%s); starting a new one", e)
+            self._replace_executor(executor)
+            executor = self._executor
+            fut = executor.submit(self._job(), study_id)
+        fut.add_done_callback(partial(self._done, study_id, executor))
+
+    def _replace_executor(self, broken: Executor) -> None:
+        """Swap in a new pool for ``broken`` (once, however many jobs saw it break)."""
+        with self._swap:
+            if self._executor is not broken or self._closed:
+                return
+            self._executor = self._make_executor()
+        broken.shutdown(wait=False, cancel_futures=True)
+
+    def _done(self, study_id: int, executor: Executor, fut: Future) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        resubmit = False
+        delay = 0.0
+        with self._cond:
+            st = self._studies.get(study_id)
+            if st is None or self._closed:
+                self._cond.notify_all()
+                return
+            if exc is None:
+                res = fut.result()
+                self.fits_done += res.get("status") == "fitted"
+                st.attempts = 0
+                st.last_error = None
+                st.fitted_n_obs = max(st.fitted_n_obs, int(res.get("n_obs") or 0))
+                if res.get("status") == "deleted":
+                    self._studies.pop(study_id, None)
+                elif st.dirty:
+                    st.dirty = False
+                    resubmit = True
+                else:
+                    st.running = False
+            else:
+                self.fits_failed += 1
+                st.attempts += 1
+                st.last_error = f"{type(exc).__name__}: {exc}"
+                if st.attempts <= self.retries:
+                    resubmit = True
+                    delay = self.backoff * 2 ** (st.attempts - 1)
+                else:
+                    st.running = False
+                    st.dirty = False
+                    st.attempts = 0
+            self._cond.notify_all()
+        if exc is not None:
+            log.error("fit of study %s failed (%s)%s", study_id, st.last_error,
+                      f"; retry in {delay:.1f} s" if resubmit else "; giving up until the next tell",
+                      exc_info=exc)
+            try:
+                self.storage.record_fit_error(study_id, st.last_error or "fit failed")
+            except Exception:  # the database may be the reason; the log has it
+                log.exception("could not record the fit error of study %s", study_id)
+            if isinstance(exc, BrokenProcessPool):
+                self._replace_executor(executor)
+        if resubmit:
+            if delay:
+                t = threading.Timer(delay, self._submit, (study_id,))
+                t.daemon = True
+                t.start()
+            else:
+                self._submit(study_id)
