@@ -3,9 +3,10 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= test,client
+EXTRAS ?= server,test
 
-.PHONY: run test lint bench bench-search bench-calibration clean venv
+
+.PHONY: run demo test lint bench bench-search bench-calibration clean venv
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -25,7 +26,13 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check service client tests benchmarks examples
 
+# The service on its embedded default: SQLite at ./calibo.db, port 8000, local fit pool.
+CALIBO_DATABASE_URL ?= sqlite:///./calibo.db
+PORT ?= 8000
 run: $(STAMP)
+	CALIBO_DATABASE_URL=$(CALIBO_DATABASE_URL) $(BIN)/calibo serve --host 127.0.0.1 --port $(PORT)
+
+demo: $(STAMP)
 	$(BIN)/calibo demo
 
 BENCH_STAMP := $(VENV)/.installed-bench

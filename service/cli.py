@@ -7,6 +7,10 @@ import math
 import sys
 import time
 
+# what `pip install calibo` (the client alone) lacks for the server commands
+SERVER_MODULES = {"fastapi", "uvicorn", "pydantic", "pydantic_settings", "sqlalchemy", "alembic", "psycopg",
+                  "numpy", "scipy", "sklearn", "lightgbm", "torch", "threadpoolctl"}
+
 
 def _branin(p: dict) -> float:
     x1, x2 = p["x1"], p["x2"]
@@ -40,16 +44,82 @@ def demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(args: argparse.Namespace):
+    from service.config import Settings
+
+    over = {k: v for k, v in (("database_url", getattr(args, "database_url", None)),
+                              ("workers", getattr(args, "workers", None)),
+                              ("log_level", getattr(args, "log_level", None))) if v is not None}
+    return Settings(**over)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the API (and its local fit pool) under uvicorn."""
+    import logging
+
+    import uvicorn
+
+    from service.app import create_app
+
+    settings = _settings(args)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.log_level != "debug":
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+    app = create_app(settings)
+    shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    print(f"calibo: serving on http://{shown}:{args.port}  (API docs: http://{shown}:{args.port}/docs)",
+          flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=settings.log_level,
+                access_log=args.access_log)
+    return 0
+
+
+def migrate(args: argparse.Namespace) -> int:
+    """Bring the database schema to the newest migration and exit."""
+    from service.storage import make_engine, upgrade
+
+    settings = _settings(args)
+    engine = make_engine(settings.database_url)
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()
+    print(f"calibo: {engine.url.render_as_string(hide_password=True)} is at the newest schema")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="calibo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="calibo", description="calibo: ask/tell HPO from calibrated surrogates")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="run the REST service (settings from CALIBO_* variables)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--database-url", default=None, help="overrides CALIBO_DATABASE_URL")
+    p.add_argument("--workers", type=int, default=None, help="fit processes (overrides CALIBO_WORKERS)")
+    p.add_argument("--log-level", default=None)
+    p.add_argument("--access-log", action="store_true", help="log every request")
+    p.set_defaults(func=serve)
+
+    p = sub.add_parser("migrate", help="upgrade the database schema to head and exit")
+    p.add_argument("--database-url", default=None, help="overrides CALIBO_DATABASE_URL")
+    p.set_defaults(func=migrate)
+
     p = sub.add_parser("demo", help="run the in-process optimizer on Branin")
     p.add_argument("--trials", type=int, default=60)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--surrogate", default=None)
     p.set_defaults(func=demo)
+
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in SERVER_MODULES:
+            raise
+        print(f"calibo {args.command}: {e}. The server needs its extra: pip install 'calibo[server]'",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
