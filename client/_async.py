@@ -1,0 +1,284 @@
+"""``AsyncClient``: the asyncio calibo client over ``httpx.AsyncClient``."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from . import _endpoints as api
+from ._core import Attempts, Call, RetryPolicy, client_options
+from ._endpoints import StudyRef, TrialRef
+from ._optimize import (
+    Callback,
+    Run,
+    Running,
+    TrialView,
+    catchable,
+    check_arguments,
+    no_trial_error,
+    outcome,
+    worker_id,
+)
+from .errors import CaliboError
+from .models import Trial
+
+__all__ = ["AsyncClient"]
+
+T = TypeVar("T")
+Objective = Callable[[dict[str, Any]], float] | Callable[[dict[str, Any]], Awaitable[float]]
+
+
+class AsyncClient:
+    """The asyncio twin of :class:`~client.Client`: same methods, awaited.
+
+    Same errors and the same retry rules: calls safe to repeat are retried on
+    connection errors and 502/503/504 with backoff (honouring ``Retry-After``);
+    ``ask`` only when the request cannot have reached the server.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float | httpx.Timeout | None = 30.0,
+        retries: int = 5,
+        backoff: float = 0.2,
+        max_backoff: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
+        self._http = httpx.AsyncClient(
+            transport=transport, **client_options(base_url, token, timeout)
+        )
+
+    @property
+    def base_url(self) -> str:
+        return str(self._http.base_url)
+
+    # ------------------------------------------------------------ plumbing
+    async def _run(self, call: Call[T]) -> T:
+        attempts = Attempts(call, self._policy)
+        while True:
+            try:
+                response = await self._http.request(
+                    call.method, call.path, json=call.json, params=call.params
+                )
+            except httpx.TransportError as exc:
+                await asyncio.sleep(attempts.after_error(exc))
+                continue
+            delay = attempts.after_response(response)
+            if delay is None:
+                return attempts.finish(response)
+            await asyncio.sleep(delay)
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------ the API
+    async def health(self) -> dict[str, Any]:
+        return await self._run(api.health())
+
+    async def create_study(
+        self,
+        name: str,
+        space: dict[str, Any],
+        direction: str = "minimize",
+        *,
+        surrogate: str | None = None,
+        acquisition: str | None = None,
+        seed: int | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Create a study, or get the existing one with the same definition."""
+        return await self._run(
+            api.create_study(
+                name,
+                space,
+                direction,
+                surrogate=surrogate,
+                acquisition=acquisition,
+                seed=seed,
+                settings=settings,
+            )
+        )
+
+    async def get_study(self, study_id: StudyRef) -> dict[str, Any]:
+        return await self._run(api.get_study(study_id))
+
+    async def list_studies(self) -> list[dict[str, Any]]:
+        return await self._run(api.list_studies())
+
+    async def delete_study(self, study_id: StudyRef) -> None:
+        await self._run(api.delete_study(study_id))
+
+    async def ask(
+        self, study_id: StudyRef, count: int = 1, worker_id: str | None = None
+    ) -> list[Trial]:
+        """Ask for ``count`` new trials. Each call creates trials: it is not idempotent."""
+        return await self._run(api.ask(study_id, count, worker_id))
+
+    async def tell(
+        self,
+        study_id: StudyRef,
+        trial_id: TrialRef,
+        value: float | None = None,
+        *,
+        state: str | None = None,
+    ) -> dict[str, Any]:
+        """Finish a trial with its ``value``, or ``state="failed"`` / ``"pruned"``."""
+        return await self._run(api.tell(study_id, trial_id, value, state))
+
+    async def heartbeat(self, study_id: StudyRef, trial_id: TrialRef) -> None:
+        await self._run(api.heartbeat(study_id, trial_id))
+
+    async def trials(
+        self, study_id: StudyRef, state: str | None = None, limit: int = 100, offset: int = 0
+    ) -> dict[str, Any]:
+        """One page: ``{"trials": [...], "total", "limit", "offset"}``."""
+        return await self._run(api.trials(study_id, state, limit, offset))
+
+    async def iter_trials(
+        self, study_id: StudyRef, state: str | None = None, page_size: int = 100
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every trial view of the study (optionally in one state), page by page."""
+        offset: int | None = 0
+        while offset is not None:
+            page = await self.trials(study_id, state=state, limit=page_size, offset=offset)
+            for trial in page.get("trials") or []:
+                yield trial
+            offset = api.next_offset(page, offset)
+
+    async def calibration(self, study_id: StudyRef) -> dict[str, Any]:
+        return await self._run(api.calibration(study_id))
+
+    # ------------------------------------------------------------ the loop
+    async def optimize(
+        self,
+        study: StudyRef,
+        objective: Objective,
+        n_trials: int,
+        n_workers: int = 1,
+        catch: tuple[type[BaseException], ...] = (),
+        *,
+        callback: Callback | None = None,
+        heartbeat_interval: float | None = 30.0,
+    ) -> list[TrialView]:
+        """Evaluate ``n_trials`` trials with ``n_workers`` concurrent tasks.
+
+        ``objective`` is a coroutine function (awaited) or a plain function (run
+        in a thread with :func:`asyncio.to_thread`). Otherwise as
+        :meth:`Client.optimize`: numbers are told, NaN / infinity and exceptions
+        in ``catch`` are told failed and the loop goes on, any other exception is
+        told failed, stops every task after its current trial and is raised.
+        """
+        check_arguments(n_trials, n_workers, heartbeat_interval)
+        study_id = api.study_id_of(study)
+        catch = tuple(catch)
+        run = Run(n_trials, callback)
+        running = Running()
+        call_objective = self._objective_caller(objective)
+
+        async def work(index: int) -> None:
+            try:
+                await self._work(run, running, study_id, call_objective, catch, worker_id(index))
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # raised by optimize below
+                run.fail(exc)
+
+        pulse = None
+        if heartbeat_interval is not None and n_trials > 0:
+            pulse = asyncio.create_task(self._heartbeats(study_id, running, heartbeat_interval))
+        tasks = [asyncio.create_task(work(i)) for i in range(n_workers)]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:  # optimize itself cancelled
+            run.stopped.set()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        finally:
+            if pulse is not None:
+                pulse.cancel()
+                await asyncio.gather(pulse, return_exceptions=True)
+        if run.error is not None:
+            raise run.error
+        return run.results
+
+    @staticmethod
+    def _objective_caller(
+        objective: Objective,
+    ) -> Callable[[dict[str, Any]], Awaitable[Any]]:
+        if inspect.iscoroutinefunction(objective):
+            return objective
+
+        # A plain function runs in a worker thread; should it hand back an awaitable
+        # (an object with an async __call__, say), that is awaited here.
+        async def in_thread(params: dict[str, Any]) -> Any:
+            result = await asyncio.to_thread(objective, params)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+        return in_thread
+
+    async def _work(
+        self,
+        run: Run,
+        running: Running,
+        study_id: int,
+        call_objective: Callable[[dict[str, Any]], Awaitable[Any]],
+        catch: tuple[type[BaseException], ...],
+        worker: str,
+    ) -> None:
+        while run.take():
+            trials = await self.ask(study_id, 1, worker)
+            if not trials:
+                raise no_trial_error()
+            trial = trials[0]
+            running.add(trial.id)
+            try:
+                try:
+                    value, state = outcome(await call_objective(dict(trial.params)))
+                except BaseException as exc:
+                    if not catchable(exc, catch):
+                        await self._tell_failed_quietly(study_id, trial.id)
+                        raise
+                    value, state = None, "failed"
+            finally:
+                running.discard(trial.id)
+            run.record(await self.tell(study_id, trial.id, value, state=state))
+
+    async def _tell_failed_quietly(self, study_id: int, trial_id: int) -> None:
+        """Best effort: the objective's own error (or cancellation) is what propagates."""
+        try:
+            await self.tell(study_id, trial_id, state="failed")
+        except (CaliboError, asyncio.CancelledError):
+            pass
+
+    async def _heartbeats(self, study_id: int, running: Running, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            for trial_id in running.snapshot():
+                try:
+                    await self.heartbeat(study_id, trial_id)
+                except CaliboError:
+                    pass  # finished meanwhile (409) or server away: the tell will tell

@@ -1,0 +1,237 @@
+"""The part of a call that does not depend on sync or async I/O.
+
+A :class:`Call` describes one request (method, path, body, query), how safe it
+is to send twice, and how to read its answer. :class:`Attempts` follows one
+call through its tries: after a transport error or a response it says whether
+to try again and after how long, or raises the typed error. ``Client`` and
+``AsyncClient`` only add the sending and the sleeping.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import enum
+import math
+import os
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+
+import httpx
+
+from .errors import CaliboError, ConnectionFailed, error_from_response
+
+__all__ = [
+    "Attempts",
+    "Call",
+    "RetryPolicy",
+    "Safety",
+    "client_options",
+    "parse_retry_after",
+]
+
+T = TypeVar("T")
+
+# Errors after which the request provably never reached the server.
+UNSENT_ERRORS: tuple[type[httpx.TransportError], ...] = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+)
+# Errors worth another try for a call that is safe to repeat: timeouts, broken
+# connections and a server that hung up mid-answer.
+TRANSIENT_ERRORS: tuple[type[httpx.TransportError], ...] = (
+    httpx.TimeoutException,
+    httpx.NetworkError,
+    httpx.RemoteProtocolError,
+)
+# Statuses that say "not now" rather than "no": the service's own 503 and a
+# proxy's 502 / 504 in front of a restarting replica.
+RETRY_STATUSES = frozenset({502, 503, 504})
+
+
+class Safety(enum.Enum):
+    """How safe a request is to send again when its outcome is unknown."""
+
+    IDEMPOTENT = "idempotent"  # repeat on any transient error or a 502/503/504
+    UNSENT_ONLY = "unsent_only"  # repeat only when it cannot have reached the server
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One API request and how to read its successful answer."""
+
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], T]
+    json: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
+    safety: Safety = Safety.IDEMPOTENT
+    # A 404 after a try whose outcome is unknown means that try already did it
+    # (DELETE): answer success instead of NotFound.
+    gone_means_done: bool = False
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date)."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter, capped.
+
+    The n-th retry (n = 0, 1, ...) waits a uniform draw from ``[d/2, d]`` with
+    ``d = min(max_backoff, backoff * 2**n)``; a ``Retry-After`` header replaces
+    that wait, up to ``max_retry_after`` seconds.
+    """
+
+    retries: int = 5
+    backoff: float = 0.2
+    max_backoff: float = 10.0
+    max_retry_after: float = 60.0
+    rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.retries < 0:
+            raise ValueError("retries must be >= 0")
+        if self.backoff < 0 or self.max_backoff < 0 or self.max_retry_after < 0:
+            raise ValueError("backoff times must be >= 0")
+
+    def delay(self, retry: int, retry_after: float | None = None) -> float:
+        if retry_after is not None:
+            return min(retry_after, self.max_retry_after)
+        ceiling = min(self.max_backoff, self.backoff * 2.0 ** min(retry, 62))
+        return ceiling / 2.0 + self.rng.uniform(0.0, ceiling / 2.0)
+
+
+class Attempts(Generic[T]):
+    """The tries of one call: decides, after each, between answer, retry and error."""
+
+    def __init__(self, call: Call[T], policy: RetryPolicy) -> None:
+        self.call = call
+        self.policy = policy
+        self.tries = 0
+        self.maybe_applied = False  # an earlier try may have reached the server
+
+    def _label(self) -> str:
+        return f"{self.call.method} {self.call.path}"
+
+    def after_error(self, exc: httpx.TransportError) -> float:
+        """The wait before the next try, or raise :class:`ConnectionFailed`."""
+        self.tries += 1
+        unsent = isinstance(exc, UNSENT_ERRORS)
+        if self.call.safety is Safety.IDEMPOTENT:
+            retryable = unsent or isinstance(exc, TRANSIENT_ERRORS)
+        else:
+            retryable = unsent
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if not retryable:
+            if self.call.safety is Safety.UNSENT_ONLY and isinstance(exc, TRANSIENT_ERRORS):
+                reason = "not retried: the call is not idempotent and may have reached the server"
+            else:
+                reason = "not retried"
+            raise ConnectionFailed(
+                f"{self._label()}: {detail} ({reason})", attempts=self.tries
+            ) from exc
+        if not unsent:
+            self.maybe_applied = True
+        if self.tries > self.policy.retries:
+            raise ConnectionFailed(
+                f"{self._label()}: {detail} (gave up after {self.tries} attempts)",
+                attempts=self.tries,
+            ) from exc
+        return self.policy.delay(self.tries - 1)
+
+    def after_response(self, response: httpx.Response) -> float | None:
+        """None when ``response`` is the answer to read; else the wait before the next try."""
+        status = response.status_code
+        if (
+            status in RETRY_STATUSES
+            and self.call.safety is Safety.IDEMPOTENT
+            and self.tries < self.policy.retries
+        ):
+            self.tries += 1
+            retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            return self.policy.delay(self.tries - 1, retry_after)
+        self.tries += 1
+        return None
+
+    def finish(self, response: httpx.Response) -> T:
+        """The call's result from its final response, or the typed error."""
+        status = response.status_code
+        if status == 404 and self.call.gone_means_done and self.maybe_applied:
+            return self.call.parse(httpx.Response(204, request=response.request))
+        if status >= 400:
+            raise error_from_response(response)
+        return self.call.parse(response)
+
+
+def json_body(response: httpx.Response) -> Any:
+    """The decoded JSON of a successful response."""
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise CaliboError(
+            f"expected JSON from {response.request.method} {response.request.url.path}, got "
+            f"{response.headers.get('content-type', 'no content type')!s}",
+            status=response.status_code,
+            code="invalid_response",
+        ) from exc
+
+
+def json_object(response: httpx.Response) -> dict[str, Any]:
+    body = json_body(response)
+    if not isinstance(body, dict):
+        raise CaliboError(
+            f"expected a JSON object from {response.request.url.path}",
+            status=response.status_code,
+            code="invalid_response",
+        )
+    return body
+
+
+def no_content(response: httpx.Response) -> None:
+    return None
+
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+USER_AGENT = "calibo-client/0.1"
+
+
+def client_options(
+    base_url: str | None, token: str | None, timeout: float | httpx.Timeout | None
+) -> dict[str, Any]:
+    """Keyword arguments for ``httpx.Client`` / ``httpx.AsyncClient``.
+
+    ``base_url`` falls back to ``$CALIBO_URL``, then ``http://127.0.0.1:8000``;
+    ``token`` to ``$CALIBO_TOKEN``. An empty token means none.
+    """
+    url = base_url or os.environ.get("CALIBO_URL") or DEFAULT_URL
+    if token is None:
+        token = os.environ.get("CALIBO_TOKEN")
+    headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return {
+        "base_url": url.rstrip("/"),
+        "headers": headers,
+        "timeout": timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
+    }

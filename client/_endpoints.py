@@ -1,0 +1,174 @@
+"""The calibo v1 API as :class:`Call` values: paths, bodies and answer parsers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from ._core import Call, Safety, json_object, no_content
+from .errors import CaliboError
+from .models import Trial
+
+TRIAL_STATES = ("failed", "pruned")
+
+# A study is named by its id or by its view (a dict with "id"); a trial by its id or a Trial.
+StudyRef = int | dict[str, Any]
+TrialRef = int | Trial
+
+
+def _ident(value: Any, what: str) -> int:
+    """An id for a URL path: an int (or a string of digits), never anything else."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not bool")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    raise TypeError(f"{what} must be an int, got {value!r}")
+
+
+def study_id_of(study: Any) -> int:
+    """The id of a study given as an id or as a study view dict."""
+    if isinstance(study, dict):
+        if "id" not in study:
+            raise ValueError("a study view needs an 'id'")
+        return _ident(study["id"], "study['id']")
+    return _ident(study, "study")
+
+
+def trial_id_of(trial: Any) -> int:
+    """The id of a trial given as an id or as a :class:`Trial`."""
+    if isinstance(trial, Trial):
+        return trial.id
+    return _ident(trial, "trial_id")
+
+
+def _study(study: Any) -> str:
+    return f"/v1/studies/{study_id_of(study)}"
+
+
+def _trial(study: Any, trial: Any) -> str:
+    return f"{_study(study)}/trials/{trial_id_of(trial)}"
+
+
+def _list_of(key: str) -> Callable[[httpx.Response], list[dict[str, Any]]]:
+    def parse(response: httpx.Response) -> list[dict[str, Any]]:
+        items = json_object(response).get(key)
+        if not isinstance(items, list):
+            raise CaliboError(
+                f"expected a list under {key!r} from {response.request.url.path}",
+                status=response.status_code,
+                code="invalid_response",
+            )
+        return items
+
+    return parse
+
+
+def health() -> Call[dict[str, Any]]:
+    return Call("GET", "/healthz", json_object)
+
+
+def create_study(
+    name: str,
+    space: dict[str, Any],
+    direction: str,
+    *,
+    surrogate: str | None,
+    acquisition: str | None,
+    seed: int | None,
+    settings: dict[str, Any] | None,
+) -> Call[dict[str, Any]]:
+    body: dict[str, Any] = {"name": name, "space": space, "direction": direction}
+    optional = {
+        "surrogate": surrogate,
+        "acquisition": acquisition,
+        "seed": seed,
+        "settings": settings,
+    }
+    body.update({key: value for key, value in optional.items() if value is not None})
+    # Creating the same definition again answers 200 with the existing study.
+    return Call("POST", "/v1/studies", json_object, json=body)
+
+
+def list_studies() -> Call[list[dict[str, Any]]]:
+    return Call("GET", "/v1/studies", _list_of("studies"))
+
+
+def get_study(study_id: StudyRef) -> Call[dict[str, Any]]:
+    return Call("GET", _study(study_id), json_object)
+
+
+def delete_study(study_id: StudyRef) -> Call[None]:
+    return Call("DELETE", _study(study_id), no_content, gone_means_done=True)
+
+
+def ask(study_id: StudyRef, count: int, worker_id: str | None) -> Call[list[Trial]]:
+    sid = study_id_of(study_id)
+    list_trials = _list_of("trials")
+
+    def parse(response: httpx.Response) -> list[Trial]:
+        return [Trial.from_wire(item, sid) for item in list_trials(response)]
+
+    # Every ask creates trials: send it again only when it never left.
+    return Call(
+        "POST",
+        f"{_study(sid)}/ask",
+        parse,
+        json={"count": count, "worker_id": worker_id},
+        safety=Safety.UNSENT_ONLY,
+    )
+
+
+def tell_body(value: float | None, state: str | None) -> dict[str, Any]:
+    if value is None and state is None:
+        raise ValueError("tell needs a value, a state ('failed' or 'pruned'), or both")
+    if state is not None and state not in TRIAL_STATES:
+        raise ValueError(f"state must be one of {TRIAL_STATES}, got {state!r}")
+    body: dict[str, Any] = {}
+    if value is not None:
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"value must be finite, got {number!r}; tell state='failed' instead")
+        body["value"] = number
+    if state is not None:
+        body["state"] = state
+    return body
+
+
+def tell(
+    study_id: StudyRef, trial_id: TrialRef, value: float | None, state: str | None
+) -> Call[dict[str, Any]]:
+    # The same tell again answers 200, so it is safe to retry.
+    path = f"{_trial(study_id, trial_id)}/tell"
+    return Call("POST", path, json_object, json=tell_body(value, state))
+
+
+def heartbeat(study_id: StudyRef, trial_id: TrialRef) -> Call[None]:
+    return Call("POST", f"{_trial(study_id, trial_id)}/heartbeat", no_content)
+
+
+def trials(study_id: StudyRef, state: str | None, limit: int, offset: int) -> Call[dict[str, Any]]:
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    if state is not None:
+        params["state"] = state
+    return Call("GET", f"{_study(study_id)}/trials", json_object, params=params)
+
+
+def calibration(study_id: StudyRef) -> Call[dict[str, Any]]:
+    return Call("GET", f"{_study(study_id)}/calibration", json_object)
+
+
+def next_offset(page: dict[str, Any], offset: int) -> int | None:
+    """Where the page after ``page`` (asked at ``offset``) starts, or None at the end."""
+    items = page.get("trials") or []
+    if not items:
+        return None
+    following = offset + len(items)
+    total = page.get("total")
+    if isinstance(total, int) and following >= total:
+        return None
+    return following

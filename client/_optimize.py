@@ -1,0 +1,113 @@
+"""What the sync and async ``optimize`` loops share: the trial budget, stopping,
+results, and turning an objective's return value into a tell."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .errors import CaliboError
+
+TrialView = dict[str, Any]
+Callback = Callable[[TrialView], Any]
+
+
+def worker_id(index: int) -> str:
+    """``host-pid-index``: unique per worker across the machines sharing a study."""
+    return f"{socket.gethostname()}-{os.getpid()}-{index}"
+
+
+def check_arguments(n_trials: int, n_workers: int, heartbeat_interval: float | None) -> None:
+    if n_trials < 0:
+        raise ValueError("n_trials must be >= 0")
+    if n_workers < 1:
+        raise ValueError("n_workers must be >= 1")
+    if heartbeat_interval is not None and not heartbeat_interval > 0:
+        raise ValueError("heartbeat_interval must be > 0 or None")
+
+
+def catchable(exc: BaseException, catch: tuple[type[BaseException], ...]) -> bool:
+    """Whether a failed objective is one to record as a failed trial and go on from."""
+    return isinstance(exc, Exception) and bool(catch) and isinstance(exc, catch)
+
+
+def outcome(result: Any) -> tuple[float | None, str | None]:
+    """(value, state) to tell for what the objective returned.
+
+    A finite number is the trial's value; NaN or infinity marks it failed (as
+    Optuna does). Anything that is not a number is the caller's bug: TypeError.
+    """
+    if isinstance(result, bool):
+        raise TypeError("the objective returned a bool; it must return a number")
+    try:
+        value = float(result)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"the objective must return a number, got {result!r}") from exc
+    if not math.isfinite(value):
+        return None, "failed"
+    return value, None
+
+
+def no_trial_error() -> CaliboError:
+    return CaliboError("ask answered no trial", code="invalid_response")
+
+
+class Run:
+    """Shared state of one ``optimize``: trials left to ask, results, the first error.
+
+    Thread-safe; in the async loop every method runs on the event loop thread and
+    holds the lock only briefly, without awaiting.
+    """
+
+    def __init__(self, n_trials: int, callback: Callback | None) -> None:
+        self._left = n_trials
+        self._lock = threading.Lock()
+        self._callback = callback
+        self.stopped = threading.Event()
+        self.results: list[TrialView] = []
+        self.error: BaseException | None = None
+
+    def take(self) -> bool:
+        """Claim one trial of the budget; False once it is spent or the run stopped."""
+        with self._lock:
+            if self.stopped.is_set() or self._left <= 0:
+                return False
+            self._left -= 1
+            return True
+
+    def record(self, view: TrialView) -> None:
+        with self._lock:
+            self.results.append(view)
+        if self._callback is not None:
+            self._callback(view)
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop every worker after its current trial; the first error is the one raised."""
+        with self._lock:
+            if self.error is None:
+                self.error = exc
+        self.stopped.set()
+
+
+class Running:
+    """The trials being evaluated right now, for the heartbeat loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: set[int] = set()
+
+    def add(self, trial_id: int) -> None:
+        with self._lock:
+            self._ids.add(trial_id)
+
+    def discard(self, trial_id: int) -> None:
+        with self._lock:
+            self._ids.discard(trial_id)
+
+    def snapshot(self) -> list[int]:
+        with self._lock:
+            return sorted(self._ids)

@@ -1,0 +1,290 @@
+"""``Client``: the blocking calibo client over ``httpx.Client``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from . import _endpoints as api
+from ._core import Attempts, Call, RetryPolicy, client_options
+from ._endpoints import StudyRef, TrialRef
+from ._optimize import (
+    Callback,
+    Run,
+    Running,
+    TrialView,
+    catchable,
+    check_arguments,
+    no_trial_error,
+    outcome,
+    worker_id,
+)
+from .errors import CaliboError
+from .models import Trial
+
+__all__ = ["Client"]
+
+T = TypeVar("T")
+
+
+class Client:
+    """Blocking client for a calibo server.
+
+    Every call raises a :class:`~client.errors.CaliboError` subclass on failure.
+    Calls that are safe to repeat (every GET and DELETE, ``create_study``,
+    ``tell``, ``heartbeat``) are retried on connection errors and on 502/503/504
+    with exponential backoff (honouring ``Retry-After``); ``ask`` is retried only
+    when the request cannot have reached the server. The client is thread-safe.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float | httpx.Timeout | None = 30.0,
+        retries: int = 5,
+        backoff: float = 0.2,
+        max_backoff: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
+        self._http = httpx.Client(transport=transport, **client_options(base_url, token, timeout))
+
+    @property
+    def base_url(self) -> str:
+        return str(self._http.base_url)
+
+    # ------------------------------------------------------------ plumbing
+    def _run(self, call: Call[T]) -> T:
+        attempts = Attempts(call, self._policy)
+        while True:
+            try:
+                response = self._http.request(
+                    call.method, call.path, json=call.json, params=call.params
+                )
+            except httpx.TransportError as exc:
+                time.sleep(attempts.after_error(exc))
+                continue
+            delay = attempts.after_response(response)
+            if delay is None:
+                return attempts.finish(response)
+            time.sleep(delay)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ the API
+    def health(self) -> dict[str, Any]:
+        """``GET /healthz``: ``{"status": "ok"}`` when the server is up."""
+        return self._run(api.health())
+
+    def create_study(
+        self,
+        name: str,
+        space: dict[str, Any],
+        direction: str = "minimize",
+        *,
+        surrogate: str | None = None,
+        acquisition: str | None = None,
+        seed: int | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Create a study, or get the existing one with the same definition.
+
+        Raises :class:`~client.errors.Conflict` (``name_conflict``) when ``name``
+        exists with a different definition. Options left as None are not sent.
+        """
+        return self._run(
+            api.create_study(
+                name,
+                space,
+                direction,
+                surrogate=surrogate,
+                acquisition=acquisition,
+                seed=seed,
+                settings=settings,
+            )
+        )
+
+    def get_study(self, study_id: StudyRef) -> dict[str, Any]:
+        return self._run(api.get_study(study_id))
+
+    def list_studies(self) -> list[dict[str, Any]]:
+        return self._run(api.list_studies())
+
+    def delete_study(self, study_id: StudyRef) -> None:
+        self._run(api.delete_study(study_id))
+
+    def ask(self, study_id: StudyRef, count: int = 1, worker_id: str | None = None) -> list[Trial]:
+        """Ask for ``count`` new trials. Each call creates trials: it is not idempotent."""
+        return self._run(api.ask(study_id, count, worker_id))
+
+    def tell(
+        self,
+        study_id: StudyRef,
+        trial_id: TrialRef,
+        value: float | None = None,
+        *,
+        state: str | None = None,
+    ) -> dict[str, Any]:
+        """Finish a trial with its ``value``, or ``state="failed"`` / ``"pruned"``.
+
+        Telling the same thing twice is harmless; telling something different for a
+        finished trial raises :class:`~client.errors.Conflict`.
+        """
+        return self._run(api.tell(study_id, trial_id, value, state))
+
+    def heartbeat(self, study_id: StudyRef, trial_id: TrialRef) -> None:
+        """Tell the server the trial is still being evaluated."""
+        self._run(api.heartbeat(study_id, trial_id))
+
+    def trials(
+        self, study_id: StudyRef, state: str | None = None, limit: int = 100, offset: int = 0
+    ) -> dict[str, Any]:
+        """One page: ``{"trials": [...], "total", "limit", "offset"}``."""
+        return self._run(api.trials(study_id, state, limit, offset))
+
+    def iter_trials(
+        self, study_id: StudyRef, state: str | None = None, page_size: int = 100
+    ) -> Iterator[dict[str, Any]]:
+        """Every trial view of the study (optionally in one state), page by page."""
+        offset: int | None = 0
+        while offset is not None:
+            page = self.trials(study_id, state=state, limit=page_size, offset=offset)
+            yield from page.get("trials") or []
+            offset = api.next_offset(page, offset)
+
+    def calibration(self, study_id: StudyRef) -> dict[str, Any]:
+        return self._run(api.calibration(study_id))
+
+    # ------------------------------------------------------------ the loop
+    def optimize(
+        self,
+        study: StudyRef,
+        objective: Callable[[dict[str, Any]], float],
+        n_trials: int,
+        n_workers: int = 1,
+        catch: tuple[type[BaseException], ...] = (),
+        *,
+        callback: Callback | None = None,
+        heartbeat_interval: float | None = 30.0,
+    ) -> list[TrialView]:
+        """Evaluate ``n_trials`` trials of ``study`` with ``n_workers`` threads.
+
+        Each worker asks one trial, calls ``objective(params)`` and tells the
+        number it returns (NaN or infinity is told as a failed trial). An
+        exception of a type in ``catch`` is told as a failed trial and the loop
+        goes on; any other is told as failed, stops every worker after its
+        current trial, and is raised. While objectives run, their trials get a
+        heartbeat every ``heartbeat_interval`` seconds (None: never).
+        ``callback(trial_view)`` runs after each tell. Worker 0 runs in the
+        calling thread. Returns the finished trial views in the order told.
+        """
+        check_arguments(n_trials, n_workers, heartbeat_interval)
+        study_id = api.study_id_of(study)
+        catch = tuple(catch)
+        run = Run(n_trials, callback)
+        running = Running()
+        beating = threading.Event()
+        pulse = None
+        if heartbeat_interval is not None and n_trials > 0:
+            pulse = threading.Thread(
+                target=self._heartbeats,
+                args=(study_id, running, heartbeat_interval, beating),
+                name="calibo-heartbeat",
+                daemon=True,
+            )
+            pulse.start()
+
+        def work(index: int) -> None:
+            try:
+                self._work(run, running, study_id, objective, catch, worker_id(index))
+            except BaseException as exc:  # raised by the calling thread
+                run.fail(exc)
+
+        threads = [
+            threading.Thread(target=work, args=(i,), name=f"calibo-worker-{i}")
+            for i in range(1, n_workers)
+        ]
+        try:
+            for thread in threads:
+                thread.start()
+            try:
+                self._work(run, running, study_id, objective, catch, worker_id(0))
+            except Exception as exc:
+                run.fail(exc)
+            for thread in threads:
+                thread.join()
+        except BaseException:  # KeyboardInterrupt: stop the others, do not wait for them
+            run.stopped.set()
+            raise
+        finally:
+            beating.set()
+            if pulse is not None:
+                pulse.join(timeout=1.0)
+        if run.error is not None:
+            raise run.error
+        return run.results
+
+    def _work(
+        self,
+        run: Run,
+        running: Running,
+        study_id: int,
+        objective: Callable[[dict[str, Any]], float],
+        catch: tuple[type[BaseException], ...],
+        worker: str,
+    ) -> None:
+        while run.take():
+            trials = self.ask(study_id, 1, worker)
+            if not trials:
+                raise no_trial_error()
+            trial = trials[0]
+            running.add(trial.id)
+            try:
+                try:
+                    value, state = outcome(objective(dict(trial.params)))
+                except BaseException as exc:
+                    if not catchable(exc, catch):
+                        self._tell_failed_quietly(study_id, trial.id)
+                        raise
+                    value, state = None, "failed"
+            finally:
+                running.discard(trial.id)
+            run.record(self.tell(study_id, trial.id, value, state=state))
+
+    def _tell_failed_quietly(self, study_id: int, trial_id: int) -> None:
+        """Best effort: the objective's own error is the one to raise."""
+        try:
+            self.tell(study_id, trial_id, state="failed")
+        except CaliboError:
+            pass
+
+    def _heartbeats(
+        self, study_id: int, running: Running, interval: float, done: threading.Event
+    ) -> None:
+        while not done.wait(interval):
+            for trial_id in running.snapshot():
+                if done.is_set():
+                    return
+                try:
+                    self.heartbeat(study_id, trial_id)
+                except CaliboError:
+                    pass  # finished meanwhile (409) or server away: the tell will tell
