@@ -26,7 +26,7 @@ from .engine.adaptive import state_from_dict, state_to_dict
 from .engine.errors import FieldError
 from .engine.optimizer import check_value
 from .errors import Conflict, InvalidRequest
-from .storage import Storage, StudyInfo, TrialRow, as_utc, now
+from .storage import Storage, StudyInfo, StudyTx, TrialRow, as_utc, now
 from .workers import FitPool
 
 log = logging.getLogger("calibo.studies")
@@ -139,6 +139,7 @@ class StudyService:
         self.storage = storage
         self.fits = fits
         self._defs: dict[int, StudyDef] = {}
+        self._finished: dict[int, tuple[int, set[bytes]]] = {}
         self._snapshots: OrderedDict[tuple[int, int], Snapshot] = OrderedDict()
         self._cache_lock = threading.Lock()
 
@@ -168,6 +169,7 @@ class StudyService:
     def delete(self, study_id: int) -> None:
         self.storage.delete_study(study_id)
         self._defs.pop(study_id, None)
+        self._finished.pop(study_id, None)
         with self._cache_lock:
             for k in [k for k in self._snapshots if k[0] == study_id]:
                 del self._snapshots[k]
@@ -252,13 +254,14 @@ class StudyService:
                 stale = tx.fail_stale(running, cutoff)
                 if stale:
                     log.info("study %s: failed %d trials without heartbeat", study_id, len(stale))
-                    running = [t for t in running if t.state == "running"]
+                    gone = {t.id for t in stale}
+                    running = [t for t in running if t.id not in gone]
             snap = self._snapshot(tx.snapshot_data, study_id, st.snapshot_version) if st.snapshot_version else None
             states = [state_from_dict(d) for d in st.adaptive]
             suggestions = select(
                 snap, states, sd.space, sd.config, count=count, direction=sd.direction, seed=sd.seed,
                 asked=st.next_number, pending=[t.params for t in running], n_observed=st.n_complete,
-                exclude_keys={bytes.fromhex(k) for k in tx.finished_keys()},
+                exclude_keys=self._finished_keys(tx),
             )
             if not suggestions:
                 raise Conflict("every configuration of the space has been tried or is running",
@@ -271,8 +274,23 @@ class StudyService:
                               "points": pack_points(points),
                               "snapshot_version": st.snapshot_version if pred is not None else None})
             rows = tx.add_trials(specs, worker_id)
-            return [{"id": r.id, "number": r.number, "params": r.params,
-                     "prediction": public_prediction(r.prediction)} for r in rows]
+            return [{"id": r["id"], "number": r["number"], "params": spec["params"],
+                     "prediction": public_prediction(spec["prediction"])} for r, spec in zip(rows, specs, strict=True)]
+
+    def _finished_keys(self, tx: StudyTx) -> set[bytes]:
+        """Keys of the study's finished trials, read incrementally by finishing order.
+
+        Called under the study's lock. The cache only ever holds committed rows,
+        and the database numbers them, so it is exact however many replicas tell.
+        """
+        sid = tx.study.id
+        seq, keys = self._finished.get(sid, (0, set()))
+        if seq < tx.study.finish_seq:
+            for k, n in tx.finished_keys_since(seq):
+                keys.add(bytes.fromhex(k))
+                seq = max(seq, n)
+            self._finished[sid] = (seq, keys)
+        return keys
 
     # ----------------------------------------------------------------- tell
     def tell(self, study_id: int, trial_id: int, value: float | None = None,

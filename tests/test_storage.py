@@ -103,3 +103,10 @@ def test_a_failed_transaction_changes_nothing(storage: Storage) -> None:
         raise RuntimeError("boom")
     got = storage.get_study(info.id)
     assert got.next_number == 0 and got.counts["total"] == 0
+
+
+def test_ids_are_never_reused(storage: Storage) -> None:
+    a, _ = storage.create_study("a", {}, [])
+    storage.delete_study(a.id)
+    b, _ = storage.create_study("b", {}, [])
+    assert b.id > a.id

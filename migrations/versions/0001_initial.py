@@ -30,6 +30,7 @@ def upgrade() -> None:
         sa.Column("created_at", TS, nullable=False),
         sa.Column("next_number", sa.Integer, nullable=False, server_default="0"),
         sa.Column("n_complete", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("finish_seq", sa.Integer, nullable=False, server_default="0"),
         sa.Column("adaptive", JSON, nullable=False),
         sa.Column("best_trial_id", sa.Integer, nullable=True),
         sa.Column("best_value", sa.Double, nullable=True),
@@ -38,6 +39,7 @@ def upgrade() -> None:
         sa.Column("fitted_at", TS, nullable=True),
         sa.Column("fit_error", sa.Text, nullable=True),
         sa.UniqueConstraint("name", name="uq_studies_name"),
+        sqlite_autoincrement=True,
     )
     op.create_table(
         "trials",
@@ -56,9 +58,12 @@ def upgrade() -> None:
         sa.Column("asked_at", TS, nullable=False),
         sa.Column("heartbeat_at", TS, nullable=True),
         sa.Column("finished_at", TS, nullable=True),
+        sa.Column("finish_seq", sa.Integer, nullable=True),
         sa.UniqueConstraint("study_id", "number", name="uq_trials_study_number"),
+        sqlite_autoincrement=True,
     )
     op.create_index("ix_trials_study_state", "trials", ["study_id", "state"])
+    op.create_index("ix_trials_study_finish_seq", "trials", ["study_id", "finish_seq"])
     op.create_table(
         "snapshots",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
@@ -77,6 +82,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_snapshots_study_id", table_name="snapshots")
     op.drop_table("snapshots")
+    op.drop_index("ix_trials_study_finish_seq", table_name="trials")
     op.drop_index("ix_trials_study_state", table_name="trials")
     op.drop_table("trials")
     op.drop_table("studies")

@@ -284,6 +284,12 @@ def warmup_points(space: SearchSpace, seed: int, start: int, count: int,
     return np.array(out).reshape(-1, space.dim)
 
 
+def _within(points: np.ndarray, centres: np.ndarray, radius: float) -> np.ndarray:
+    """Which rows of ``points`` lie within ``radius`` of any row of ``centres`` (one matmul)."""
+    d2 = (points * points).sum(1)[:, None] + (centres * centres).sum(1)[None, :] - 2.0 * points @ centres.T
+    return (d2 < radius * radius).any(axis=1)
+
+
 def select(
     snapshot: Snapshot | None,
     states: Sequence[AdaptiveState],
@@ -330,9 +336,8 @@ def select(
     Q = snapshot.bounds.at(alphas)
     radius = config.diversity * math.sqrt(space.dim)
     near = np.zeros(cand.shape[0], dtype=bool)
-    pend_unit = space.to_unit(list(pending)) if pending else np.empty((0, space.dim))
-    for p in pend_unit:
-        near |= np.linalg.norm(cand - p, axis=1) < radius
+    if pending:
+        near = _within(cand, space.to_unit(list(pending)), radius)
     stochastic = config.acquisition in ("ts", "obs")
     sc = acq.score(config.acquisition, Q, snapshot.levels, best=snapshot.best, rng=rng,
                    ucb_pair=config.ucb_pair)
@@ -350,7 +355,7 @@ def select(
         out.append(Suggestion(space.from_unit(cand[row])[0],
                               _prediction(snapshot, row, Q, alphas, sign, config.acquisition, sc[row])))
         alive[row] = False
-        near |= np.linalg.norm(cand - cand[row], axis=1) < radius
+        near |= _within(cand, cand[row : row + 1], radius)
     return out
 
 

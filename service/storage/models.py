@@ -39,7 +39,8 @@ class StudyRow(Base):
     """
 
     __tablename__ = "studies"
-    __table_args__ = (UniqueConstraint("name", name="uq_studies_name"),)
+    # ids are never reused (AUTOINCREMENT on SQLite too): caches and clients key on them
+    __table_args__ = (UniqueConstraint("name", name="uq_studies_name"), {"sqlite_autoincrement": True})
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(255))
@@ -47,6 +48,7 @@ class StudyRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     next_number: Mapped[int] = mapped_column(Integer, default=0)
     n_complete: Mapped[int] = mapped_column(Integer, default=0)
+    finish_seq: Mapped[int] = mapped_column(Integer, default=0)  # trials finished so far, in order
     adaptive: Mapped[list[dict[str, Any]]] = mapped_column(Json)
     best_trial_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     best_value: Mapped[float | None] = mapped_column(Double, nullable=True)
@@ -61,6 +63,8 @@ class TrialRow(Base):
     __table_args__ = (
         UniqueConstraint("study_id", "number", name="uq_trials_study_number"),
         Index("ix_trials_study_state", "study_id", "state"),
+        Index("ix_trials_study_finish_seq", "study_id", "finish_seq"),
+        {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -78,6 +82,8 @@ class TrialRow(Base):
     asked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # position in the study's finishing order: lets an ask fetch only what finished since its last look
+    finish_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class SnapshotRow(Base):

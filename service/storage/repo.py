@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from ..errors import Conflict, NotFound
 from .db import make_engine, upgrade, write_engine
@@ -82,6 +82,15 @@ def _info(row: StudyRow, counts: dict[str, int]) -> StudyInfo:
     )
 
 
+@dataclass
+class RunningTrial:
+    id: int
+    number: int
+    params: dict[str, Any]
+    asked_at: datetime
+    heartbeat_at: datetime | None
+
+
 class StudyTx:
     """One locked transaction on one study (see :meth:`Storage.locked`)."""
 
@@ -90,17 +99,16 @@ class StudyTx:
         self.study = study
 
     # ----------------------------------------------------------------- reads
-    def running_trials(self) -> list[TrialRow]:
-        return list(self.session.scalars(
-            select(TrialRow).where(TrialRow.study_id == self.study.id, TrialRow.state == "running")
-            .order_by(TrialRow.number)
-        ))
+    def running_trials(self) -> list[RunningTrial]:
+        q = (select(TrialRow.id, TrialRow.number, TrialRow.params, TrialRow.asked_at, TrialRow.heartbeat_at)
+             .where(TrialRow.study_id == self.study.id, TrialRow.state == "running").order_by(TrialRow.number))
+        return [RunningTrial(*r) for r in self.session.execute(q)]
 
-    def finished_keys(self) -> list[str]:
-        """Keys of every finished trial's configuration (never suggested again)."""
-        return list(self.session.scalars(
-            select(TrialRow.ukey).where(TrialRow.study_id == self.study.id, TrialRow.state != "running")
-        ))
+    def finished_keys_since(self, seq: int) -> list[tuple[str, int]]:
+        """``(key, finish_seq)`` of every trial finished after position ``seq`` (0: all of them)."""
+        q = (select(TrialRow.ukey, TrialRow.finish_seq)
+             .where(TrialRow.study_id == self.study.id, TrialRow.finish_seq > seq))
+        return [(k, n) for k, n in self.session.execute(q)]
 
     def snapshot_data(self, version: int) -> bytes | None:
         return self.session.scalar(
@@ -117,30 +125,31 @@ class StudyTx:
         return t
 
     # ---------------------------------------------------------------- writes
-    def add_trials(self, trials: Sequence[dict[str, Any]], worker_id: str | None) -> list[TrialRow]:
-        """Record new running trials, numbered densely from the study's counter."""
+    def add_trials(self, trials: Sequence[dict[str, Any]], worker_id: str | None) -> list[dict[str, Any]]:
+        """Record new running trials, numbered densely from the study's counter; their ids and numbers."""
         t0 = now()
-        rows = []
-        for spec in trials:
-            rows.append(TrialRow(
-                study_id=self.study.id, number=self.study.next_number, state="running",
-                params=spec["params"], ukey=spec["ukey"], prediction=spec.get("prediction"),
-                points=spec.get("points"), snapshot_version=spec.get("snapshot_version"),
-                worker_id=worker_id, asked_at=t0, heartbeat_at=t0,
-            ))
-            self.study.next_number += 1
-        self.session.add_all(rows)
-        self.session.flush()
-        return rows
+        first = self.study.next_number
+        rows = [{
+            "study_id": self.study.id, "number": first + i, "state": "running", "params": spec["params"],
+            "ukey": spec["ukey"], "prediction": spec.get("prediction"), "points": spec.get("points"),
+            "snapshot_version": spec.get("snapshot_version"), "worker_id": worker_id, "asked_at": t0,
+            "heartbeat_at": t0,
+        } for i, spec in enumerate(trials)]
+        self.study.next_number = first + len(rows)
+        ids = {n: i for i, n in self.session.execute(
+            insert(TrialRow).returning(TrialRow.id, TrialRow.number, sort_by_parameter_order=True), rows)}
+        return [{"id": ids[r["number"]], "number": r["number"]} for r in rows]
 
     def finish(self, trial: TrialRow, state: str, value: float | None,
                record: dict[str, Any] | None = None, adaptive: list[dict[str, Any]] | None = None,
                better: bool = False) -> None:
         """Move a running trial to ``state``; on completion update counters, best and alpha."""
+        self.study.finish_seq += 1
         trial.state = state
         trial.value = value
         trial.record = record
         trial.finished_at = now()
+        trial.finish_seq = self.study.finish_seq
         if state == "complete":
             self.study.n_complete += 1
             if adaptive is not None:
@@ -149,11 +158,11 @@ class StudyTx:
                 self.study.best_trial_id = trial.id
                 self.study.best_value = value
 
-    def fail_stale(self, trials: Sequence[TrialRow], cutoff: datetime) -> list[TrialRow]:
+    def fail_stale(self, trials: Sequence[RunningTrial], cutoff: datetime) -> list[RunningTrial]:
         """Fail running trials whose last sign of life is older than ``cutoff``."""
         stale = [t for t in trials if as_utc(t.heartbeat_at or t.asked_at) < cutoff]
         for t in stale:
-            self.finish(t, "failed", None, {"reason": "heartbeat timeout"})
+            self.finish(self.trial(t.id), "failed", None, {"reason": "heartbeat timeout"})
         return stale
 
 
@@ -191,7 +200,8 @@ class Storage:
     def locked(self, study_id: int) -> Iterator[StudyTx]:
         """A write transaction holding ``study_id``'s lock; commits on success."""
         with self._write() as s:
-            q = select(StudyRow).where(StudyRow.id == study_id)
+            # the definition is immutable and cached by the caller: not loaded on the hot path
+            q = select(StudyRow).where(StudyRow.id == study_id).options(defer(StudyRow.definition))
             if self.dialect == "postgresql":
                 q = q.with_for_update()
             row = s.scalar(q)
@@ -391,4 +401,5 @@ class Storage:
                                                             StudyRow.n_complete >= min_obs)))
 
 
-__all__ = ["FINISHED_STATES", "TRIAL_STATES", "FitInputs", "Storage", "StudyInfo", "StudyTx", "as_utc", "now"]
+__all__ = ["FINISHED_STATES", "TRIAL_STATES", "FitInputs", "RunningTrial", "Storage", "StudyInfo", "StudyTx",
+           "as_utc", "now"]

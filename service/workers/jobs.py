@@ -20,6 +20,7 @@ from ..storage import Storage
 log = logging.getLogger("calibo.workers")
 
 _storage: Storage | None = None  # per worker process, made by ``init_process``
+FIT_NICENESS = 10
 
 
 def init_process(database_url: str) -> None:
@@ -28,6 +29,12 @@ def init_process(database_url: str) -> None:
     # Fits are single-threaded by design (engine.fit limits BLAS to one thread);
     # the pool's parallelism is across studies.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # Fits are background work: under load the API's asks and tells (and the
+    # database) go first, fits take the cores that are left.
+    try:
+        os.nice(FIT_NICENESS)
+    except OSError:  # not permitted here: run at normal priority
+        pass
     _storage = Storage(database_url, migrate=False)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
 
