@@ -13,19 +13,22 @@ import logging
 import math
 import threading
 import zlib
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import numpy as np
 
+from .batching import GroupCommit
 from .config import Settings
 from .engine import EngineConfig, SearchSpace, Snapshot, adapt, initial_states, metrics, select
 from .engine.adaptive import state_from_dict, state_to_dict
 from .engine.errors import FieldError
 from .engine.optimizer import check_value
-from .errors import Conflict, InvalidRequest
+from .errors import Conflict, InvalidRequest, NotFound
 from .storage import Storage, StudyInfo, StudyTx, TrialRow, as_utc, now
 from .workers import FitPool
 
@@ -142,6 +145,9 @@ class StudyService:
         self._finished: dict[int, tuple[int, set[bytes]]] = {}
         self._snapshots: OrderedDict[tuple[int, int], Snapshot] = OrderedDict()
         self._cache_lock = threading.Lock()
+        self._inflight: Counter[int] = Counter()
+        self._asks = GroupCommit(self._ask_batch)
+        self._tells = GroupCommit(self._tell_batch)
 
     # -------------------------------------------------------------- studies
     def create(self, name: str, space: Any, direction: str = "minimize", surrogate: str | None = None,
@@ -233,9 +239,15 @@ class StudyService:
         return snap
 
     def _maybe_wait_for_fit(self, sd: StudyDef) -> None:
-        """A sequential user (nothing running) waits, up to the study's bound, for a fresh fit."""
+        """A sequential user waits, up to the study's bound, for a fit covering its tells.
+
+        Sequential means: no trial of the study is running and no other ask or
+        tell of it is in flight here. A crowd always has one or the other (its
+        asks may all be queued at once, with nothing running for a moment), and
+        never waits.
+        """
         wait = self.settings.ask_wait_seconds if sd.ask_wait_seconds is None else sd.ask_wait_seconds
-        if wait <= 0 or self.fits is None:
+        if wait <= 0 or self.fits is None or self._inflight[sd.id] > 1:
             return
         n_complete, fitted_on, running = self.storage.progress(sd.id)
         if running or n_complete < sd.config.n_warmup or fitted_on >= n_complete:
@@ -244,8 +256,27 @@ class StudyService:
         self.fits.wait(sd.id, n_complete, wait)
 
     def ask(self, study_id: int, count: int = 1, worker_id: str | None = None) -> list[dict[str, Any]]:
+        """``count`` new trials; concurrent asks on one study are served as one batch (one select)."""
         sd = self.study(study_id)
-        self._maybe_wait_for_fit(sd)
+        with self._active(study_id):
+            self._maybe_wait_for_fit(sd)
+            return self._asks(study_id, (count, worker_id))
+
+    @contextmanager
+    def _active(self, study_id: int) -> Iterator[None]:
+        """Count this request among the study's asks and tells in flight."""
+        with self._cache_lock:
+            self._inflight[study_id] += 1
+        try:
+            yield
+        finally:
+            with self._cache_lock:
+                self._inflight[study_id] -= 1
+                if not self._inflight[study_id]:
+                    del self._inflight[study_id]
+
+    def _ask_batch(self, study_id: int, items: list[tuple[int, str | None]]) -> list[Any]:
+        sd = self.study(study_id)
         with self.storage.locked(study_id) as tx:
             st = tx.study
             running = tx.running_trials()
@@ -259,23 +290,33 @@ class StudyService:
             snap = self._snapshot(tx.snapshot_data, study_id, st.snapshot_version) if st.snapshot_version else None
             states = [state_from_dict(d) for d in st.adaptive]
             suggestions = select(
-                snap, states, sd.space, sd.config, count=count, direction=sd.direction, seed=sd.seed,
-                asked=st.next_number, pending=[t.params for t in running], n_observed=st.n_complete,
-                exclude_keys=self._finished_keys(tx),
+                snap, states, sd.space, sd.config, count=sum(c for c, _ in items), direction=sd.direction,
+                seed=sd.seed, asked=st.next_number, pending=[t.params for t in running],
+                n_observed=st.n_complete, exclude_keys=self._finished_keys(tx),
             )
-            if not suggestions:
-                raise Conflict("every configuration of the space has been tried or is running",
-                               field="count", code="space_exhausted")
-            specs = []
+            specs, owners = [], []
             for s in suggestions:
                 pred = s.prediction
                 points = pred.pop("points", None) if pred is not None else None
                 specs.append({"params": s.params, "ukey": sd.space.key(s.params).hex(), "prediction": pred,
                               "points": pack_points(points),
                               "snapshot_version": st.snapshot_version if pred is not None else None})
-            rows = tx.add_trials(specs, worker_id)
-            return [{"id": r["id"], "number": r["number"], "params": spec["params"],
-                     "prediction": public_prediction(spec["prediction"])} for r, spec in zip(rows, specs, strict=True)]
+            # the batch's suggestions go to its asks in arrival order
+            for i, (count, worker_id) in enumerate(items):
+                for _ in range(count):
+                    if len(owners) < len(specs):
+                        specs[len(owners)]["worker_id"] = worker_id
+                        owners.append(i)
+            rows = tx.add_trials(specs)
+        out: list[Any] = [[] for _ in items]
+        for i, r, spec in zip(owners, rows, specs, strict=True):
+            out[i].append({"id": r["id"], "number": r["number"], "params": spec["params"],
+                           "prediction": public_prediction(spec["prediction"])})
+        for i, trials in enumerate(out):
+            if not trials:
+                out[i] = Conflict("every configuration of the space has been tried or is running",
+                                  field="count", code="space_exhausted")
+        return out
 
     def _finished_keys(self, tx: StudyTx) -> set[bytes]:
         """Keys of the study's finished trials, read incrementally by finishing order.
@@ -295,7 +336,10 @@ class StudyService:
     # ----------------------------------------------------------------- tell
     def tell(self, study_id: int, trial_id: int, value: float | None = None,
              state: str | None = None) -> tuple[dict[str, Any], bool]:
-        """Finish a trial. Returns ``(trial view, changed)``; repeating a tell changes nothing."""
+        """Finish a trial. Returns ``(trial view, changed)``; repeating a tell changes nothing.
+
+        Concurrent tells on one study commit together (one transaction, adapted in arrival order).
+        """
         sd = self.study(study_id)
         state = state or "complete"
         if state == "complete":
@@ -314,30 +358,48 @@ class StudyService:
                 raise InvalidRequest("must be finite", field="value")
         else:
             raise InvalidRequest("must be complete, failed or pruned", field="state")
-        with self.storage.locked(study_id) as tx:
-            trial = tx.trial(trial_id)
-            if trial.state != "running":
-                if trial.state == state and _same_value(trial.value, value):
-                    return trial_view(trial), False
-                told = f"{trial.state}" + (f" with value {trial.value!r}" if trial.value is not None else "")
-                raise Conflict(f"trial {trial.number} already finished as {told}", field="state"
-                               if trial.state != state else "value", code="trial_finished")
-            if state == "complete":
-                pred = trial.prediction
-                if pred is not None and trial.points is not None:
-                    pred = {**pred, "points": unpack_points(trial.points)}
-                states, record = adapt([state_from_dict(d) for d in tx.study.adaptive], pred, value)
-                best = tx.study.best_value
-                better = best is None or (value < best if sd.direction == "minimize" else value > best)
-                tx.finish(trial, "complete", value, record,
-                          [state_to_dict(s) for s in states] if record is not None else None, better)
-            else:
-                tx.finish(trial, state, value)
-            n_complete = tx.study.n_complete
-            view = trial_view(trial)
-        if state == "complete" and self.fits is not None and n_complete >= max(sd.config.n_warmup, 4):
+        with self._active(study_id):
+            view, changed, n_complete = self._tells(study_id, (trial_id, value, state))
+        if changed and state == "complete" and self.fits is not None and n_complete >= max(sd.config.n_warmup, 4):
             self.fits.request(study_id)
-        return view, True
+        return view, changed
+
+    def _tell_batch(self, study_id: int, items: list[tuple[int, float | None, str]]) -> list[Any]:
+        sd = self.study(study_id)
+        out: list[Any] = []
+        with self.storage.locked(study_id) as tx:
+            trials = tx.trials([tid for tid, _, _ in items])
+            states = None
+            for trial_id, value, state in items:
+                trial = trials.get(trial_id)
+                if trial is None:
+                    out.append(NotFound(f"trial {trial_id} not found in study {study_id}", field="trial_id"))
+                    continue
+                if trial.state != "running":
+                    if trial.state == state and _same_value(trial.value, value):
+                        out.append((trial_view(trial), False))
+                        continue
+                    told = f"{trial.state}" + (f" with value {trial.value!r}" if trial.value is not None else "")
+                    out.append(Conflict(f"trial {trial.number} already finished as {told}",
+                                        field="state" if trial.state != state else "value",
+                                        code="trial_finished"))
+                    continue
+                if state == "complete":
+                    pred = trial.prediction
+                    if pred is not None and trial.points is not None:
+                        pred = {**pred, "points": unpack_points(trial.points)}
+                    if states is None:
+                        states = [state_from_dict(d) for d in tx.study.adaptive]
+                    states, record = adapt(states, pred, value)
+                    best = tx.study.best_value
+                    better = best is None or (value < best if sd.direction == "minimize" else value > best)
+                    tx.finish(trial, "complete", value, record,
+                              [state_to_dict(s) for s in states] if record is not None else None, better)
+                else:
+                    tx.finish(trial, state, value)
+                out.append((trial_view(trial), True))
+            n_complete = tx.study.n_complete
+        return [r if isinstance(r, Exception) else (*r, n_complete) for r in out]
 
     # --------------------------------------------------------- calibration
     def calibration(self, study_id: int, window: int = 20) -> dict[str, Any]:

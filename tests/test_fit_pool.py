@@ -16,13 +16,13 @@ GATE = threading.Event()
 FAILS = {"left": 0}
 
 
-def slow_job(study_id: int, storage: Storage | None = None) -> dict:
+def slow_job(study_id: int, storage: Storage | None = None, save: bool = True) -> dict:
     CALLS.append(study_id)
     GATE.wait(10)
     return {"study_id": study_id, "status": "fitted", "n_obs": len(CALLS)}
 
 
-def flaky_job(study_id: int, storage: Storage | None = None) -> dict:
+def flaky_job(study_id: int, storage: Storage | None = None, save: bool = True) -> dict:
     CALLS.append(study_id)
     if FAILS["left"] > 0:
         FAILS["left"] -= 1
@@ -30,7 +30,7 @@ def flaky_job(study_id: int, storage: Storage | None = None) -> dict:
     return {"study_id": study_id, "status": "fitted", "n_obs": 5}
 
 
-def dying_job(study_id: int, storage: Storage | None = None) -> dict:
+def dying_job(study_id: int, storage: Storage | None = None, save: bool = True) -> dict:
     if study_id == 666:
         os._exit(3)  # the worker process dies mid-fit
     return {"study_id": study_id, "status": "fitted", "n_obs": 7}

@@ -116,6 +116,11 @@ class StudyTx:
                                            SnapshotRow.version == version)
         )
 
+    def trials(self, trial_ids: Sequence[int]) -> dict[int, TrialRow]:
+        """This study's trials among ``trial_ids``, by id (absent ones are missing)."""
+        q = select(TrialRow).where(TrialRow.study_id == self.study.id, TrialRow.id.in_(set(trial_ids)))
+        return {t.id: t for t in self.session.scalars(q)}
+
     def trial(self, trial_id: int) -> TrialRow:
         t = self.session.scalar(
             select(TrialRow).where(TrialRow.id == trial_id, TrialRow.study_id == self.study.id)
@@ -125,14 +130,20 @@ class StudyTx:
         return t
 
     # ---------------------------------------------------------------- writes
-    def add_trials(self, trials: Sequence[dict[str, Any]], worker_id: str | None) -> list[dict[str, Any]]:
-        """Record new running trials, numbered densely from the study's counter; their ids and numbers."""
+    def add_trials(self, trials: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Record new running trials, numbered densely from the study's counter; their ids and numbers.
+
+        Each spec has ``params``, ``ukey`` and optionally ``prediction``, ``points``,
+        ``snapshot_version`` and ``worker_id``.
+        """
+        if not trials:
+            return []
         t0 = now()
         first = self.study.next_number
         rows = [{
             "study_id": self.study.id, "number": first + i, "state": "running", "params": spec["params"],
             "ukey": spec["ukey"], "prediction": spec.get("prediction"), "points": spec.get("points"),
-            "snapshot_version": spec.get("snapshot_version"), "worker_id": worker_id, "asked_at": t0,
+            "snapshot_version": spec.get("snapshot_version"), "worker_id": spec.get("worker_id"), "asked_at": t0,
             "heartbeat_at": t0,
         } for i, spec in enumerate(trials)]
         self.study.next_number = first + len(rows)

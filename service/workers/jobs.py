@@ -46,8 +46,14 @@ def _exit_with_parent(parent: int, every: float = 1.0) -> None:
     os._exit(0)
 
 
-def fit_study(study_id: int, storage: Storage | None = None) -> dict[str, Any]:
-    """Fit ``study_id`` on its completed trials if its snapshot lags them."""
+def fit_study(study_id: int, storage: Storage | None = None, save: bool = True) -> dict[str, Any]:
+    """Fit ``study_id`` on its completed trials if its snapshot lags them.
+
+    With ``save=False`` the snapshot comes back as ``result["snapshot"]`` (bytes)
+    for the caller to store: the local pool stores it from the API process, so
+    that on SQLite only one process ever writes (a worker holding the write lock
+    while descheduled at its lower priority would stall every ask and tell).
+    """
     storage = storage if storage is not None else _storage
     if storage is None:
         raise RuntimeError("fit_study needs a storage (init_process was not called)")
@@ -60,9 +66,20 @@ def fit_study(study_id: int, storage: Storage | None = None) -> dict[str, Any]:
     if n < max(config.n_warmup, 4) or n <= inputs.snapshot_n_obs:
         return {"study_id": study_id, "status": "current", "n_obs": inputs.snapshot_n_obs}
     snap = fit(inputs.observations, SearchSpace.from_dict(d["space"]), config, d["direction"], d["seed"])
-    version = storage.save_snapshot(study_id, n_obs=n, method=snap.method,
-                                    fit_seconds=snap.fit_seconds, data=snap.to_bytes())
+    result = {"study_id": study_id, "status": "fitted", "n_obs": n, "fit_seconds": snap.fit_seconds,
+              "method": snap.method}
+    if not save:
+        return result | {"snapshot": snap.to_bytes()}
+    return store(storage, result | {"snapshot": snap.to_bytes()})
+
+
+def store(storage: Storage, result: dict[str, Any]) -> dict[str, Any]:
+    """Save the snapshot a ``fit_study(save=False)`` returned; the result without the bytes."""
+    data = result.pop("snapshot", None)
+    if data is None:
+        return result
+    version = storage.save_snapshot(result["study_id"], n_obs=result["n_obs"], method=result["method"],
+                                    fit_seconds=result["fit_seconds"], data=data)
     log.debug("study %s: fitted on %d observations in %.3f s (version %s)",
-              study_id, n, snap.fit_seconds, version)
-    return {"study_id": study_id, "status": "fitted" if version else "superseded", "n_obs": n,
-            "version": version, "fit_seconds": snap.fit_seconds, "method": snap.method}
+              result["study_id"], result["n_obs"], result["fit_seconds"], version)
+    return result | {"status": "fitted" if version else "superseded", "version": version}

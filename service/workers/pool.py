@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any
 
 from ..storage import Storage
-from .jobs import fit_study, init_process
+from .jobs import fit_study, init_process, store
 
 log = logging.getLogger("calibo.workers")
 
@@ -70,7 +70,7 @@ class FitPool:
     def _job(self) -> Callable[[int], dict[str, Any]]:
         if self.workers == 0:
             return partial(self.job, storage=self.storage)
-        return self.job
+        return partial(self.job, save=False)  # this process stores the snapshot (see fit_study)
 
     # --------------------------------------------------------------- public
     def request(self, study_id: int) -> None:
@@ -152,6 +152,12 @@ class FitPool:
         if fut.cancelled():
             return
         exc = fut.exception()
+        saved: dict[str, Any] = {}
+        if exc is None:
+            try:
+                saved = store(self.storage, fut.result())
+            except Exception as e:  # noqa: BLE001 - a failed save is a failed fit: retried
+                exc = e
         resubmit = False
         delay = 0.0
         with self._cond:
@@ -160,7 +166,7 @@ class FitPool:
                 self._cond.notify_all()
                 return
             if exc is None:
-                res = fut.result()
+                res = saved
                 self.fits_done += res.get("status") == "fitted"
                 st.attempts = 0
                 st.last_error = None
