@@ -8,6 +8,8 @@ import httpx
 import pytest
 from conftest import LiveServer, unique
 
+from service.api.schemas import AskResponse, TrialView
+
 BRANIN = {"x1": {"type": "float", "low": -5, "high": 10}, "x2": {"type": "float", "low": 0, "high": 15}}
 MIXED = {"lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
          "depth": {"type": "int", "low": 1, "high": 8},
@@ -32,6 +34,7 @@ def create(http: httpx.Client, space=BRANIN, **kw) -> dict:
 def ask(http: httpx.Client, sid: int, count: int = 1, **kw) -> list[dict]:
     r = http.post(f"/v1/studies/{sid}/ask", json={"count": count, **kw})
     assert r.status_code == 200, r.text
+    AskResponse.model_validate(r.json())
     return r.json()["trials"]
 
 
@@ -167,6 +170,10 @@ def test_sequential_loop_gets_calibrated_predictions_and_adapts(http: httpx.Clie
             methods.append(p["method"])
         r = tell(http, sid, t["id"], value=branin(t["params"]))
         assert r.status_code == 200 and r.json()["state"] == "complete"
+        # ask and tell bypass FastAPI's response validation: their bodies must still follow the schema,
+        # and a told trial reads back exactly as the tell answered it
+        TrialView.model_validate(r.json())
+        assert http.get(f"/v1/studies/{sid}/trials/{t['id']}").json() == r.json()
     assert methods[0] == "raw" and "cv+" in methods and methods[-1] == "split"
     view = http.get(f"/v1/studies/{sid}").json()
     assert view["trials"]["complete"] == 22 and view["trials"]["running"] == 0

@@ -99,7 +99,7 @@ def test_locked_transactions_serialise_read_modify_write(storage: Storage) -> No
 def test_a_failed_transaction_changes_nothing(storage: Storage) -> None:
     info, _ = storage.create_study("r", {}, [])
     with pytest.raises(RuntimeError), storage.locked(info.id) as tx:
-        tx.add_trials([{"params": {"x": 1}, "ukey": "00"}], "w")
+        tx.add_trials([{"params": {"x": 1}, "ukey": "00", "worker_id": "w"}])
         raise RuntimeError("boom")
     got = storage.get_study(info.id)
     assert got.next_number == 0 and got.counts["total"] == 0
