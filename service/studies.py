@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import anyio.to_thread
 import numpy as np
 
 from .batching import GroupCommit
@@ -93,18 +94,17 @@ def build_definition(name: str, space: Any, direction: str, surrogate: str | Non
     }
 
 
-def pack_points(points: dict[str, list] | None) -> bytes | None:
-    """Conformal point sets of one prediction -> compact bytes (float64, (2, P, n))."""
+def pack_points(points: np.ndarray | None) -> bytes | None:
+    """Conformal point sets of one prediction, (2, P, n) float64, as ``.npy`` bytes."""
     if points is None:
         return None
     buf = io.BytesIO()
-    np.save(buf, np.asarray([points["lower"], points["upper"]], dtype=np.float64), allow_pickle=False)
+    np.save(buf, np.asarray(points, dtype=np.float64), allow_pickle=False)
     return buf.getvalue()
 
 
-def unpack_points(data: bytes) -> dict[str, np.ndarray]:
-    a = np.load(io.BytesIO(data), allow_pickle=False)
-    return {"lower": a[0], "upper": a[1]}
+def unpack_points(data: bytes) -> np.ndarray:
+    return np.load(io.BytesIO(data), allow_pickle=False)
 
 
 def public_prediction(pred: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -255,12 +255,17 @@ class StudyService:
         self.fits.request(sd.id)  # coalesces with a queued one; restarts one lost with a restart
         self.fits.wait(sd.id, n_complete, wait)
 
-    def ask(self, study_id: int, count: int = 1, worker_id: str | None = None) -> list[dict[str, Any]]:
+    async def _study_async(self, study_id: int) -> StudyDef:
+        sd = self._defs.get(study_id)
+        return sd if sd is not None else await anyio.to_thread.run_sync(self.study, study_id)
+
+    async def ask(self, study_id: int, count: int = 1, worker_id: str | None = None) -> list[dict[str, Any]]:
         """``count`` new trials; concurrent asks on one study are served as one batch (one select)."""
-        sd = self.study(study_id)
+        sd = await self._study_async(study_id)
         with self._active(study_id):
-            self._maybe_wait_for_fit(sd)
-            return self._asks(study_id, (count, worker_id))
+            if self._inflight[study_id] == 1:  # maybe a sequential user: see _maybe_wait_for_fit
+                await anyio.to_thread.run_sync(self._maybe_wait_for_fit, sd)
+            return await self._asks(study_id, (count, worker_id))
 
     @contextmanager
     def _active(self, study_id: int) -> Iterator[None]:
@@ -334,13 +339,13 @@ class StudyService:
         return keys
 
     # ----------------------------------------------------------------- tell
-    def tell(self, study_id: int, trial_id: int, value: float | None = None,
-             state: str | None = None) -> tuple[dict[str, Any], bool]:
+    async def tell(self, study_id: int, trial_id: int, value: float | None = None,
+                   state: str | None = None) -> tuple[dict[str, Any], bool]:
         """Finish a trial. Returns ``(trial view, changed)``; repeating a tell changes nothing.
 
         Concurrent tells on one study commit together (one transaction, adapted in arrival order).
         """
-        sd = self.study(study_id)
+        sd = await self._study_async(study_id)
         state = state or "complete"
         if state == "complete":
             if value is None:
@@ -359,7 +364,7 @@ class StudyService:
         else:
             raise InvalidRequest("must be complete, failed or pruned", field="state")
         with self._active(study_id):
-            view, changed, n_complete = self._tells(study_id, (trial_id, value, state))
+            view, changed, n_complete = await self._tells(study_id, (trial_id, value, state))
         if changed and state == "complete" and self.fits is not None and n_complete >= max(sd.config.n_warmup, 4):
             self.fits.request(study_id)
         return view, changed

@@ -30,7 +30,10 @@ def test_sync_client_round_trip(live_server: LiveServer) -> None:
         c.tell(study["id"], trials[0].id, branin(trials[0].params))  # idempotent retry
         with pytest.raises(Conflict):
             c.tell(study["id"], trials[0].id, 123.0)
-        done = c.optimize(study, branin, n_trials=12, n_workers=3)
+        # one worker: each ask waits for the fit on the trials before it, so these are predicted
+        done = c.optimize(study, branin, n_trials=6, n_workers=1)
+        assert all(t["prediction"] is not None for t in done[2:])  # from the 5th told trial on
+        done += c.optimize(study, branin, n_trials=6, n_workers=3)
         assert len(done) == 12 and all(t["state"] == "complete" for t in done)
         view = c.get_study(study["id"])
         assert view["trials"]["complete"] == 15

@@ -1,6 +1,7 @@
-"""The v1 routes. Handlers are plain functions (run on the thread pool): they call
-``StudyService``, which persists first and never blocks on a fit longer than the
-study allows."""
+"""The v1 routes. They call ``StudyService``, which persists first and never blocks
+on a fit longer than the study allows. Most handlers are plain functions (run on
+the thread pool); ask and tell are coroutines whose batches run on a worker
+thread (see ``service.batching``), so the hot path costs no hand-off per request."""
 
 from __future__ import annotations
 
@@ -35,15 +36,18 @@ def fast_json(content: Any) -> Response:
                     media_type="application/json")
 
 
-def service(request: Request) -> StudyService:
+async def service(request: Request) -> StudyService:
     return request.app.state.studies
 
 
 Svc = Annotated[StudyService, Depends(service)]
 
 
-def authorize(request: Request) -> None:
-    """Bearer tokens from CALIBO_API_TOKENS: any valid token reads, ``write`` tokens also write."""
+async def authorize(request: Request) -> None:
+    """Bearer tokens from CALIBO_API_TOKENS: any valid token reads, ``write`` tokens also write.
+
+    Dependencies are coroutines: a plain function would cost a thread hand-off per request.
+    """
     tokens: dict[str, str] = request.app.state.tokens
     if not tokens:
         return
@@ -93,17 +97,17 @@ def delete_study(study_id: StudyId, svc: Svc) -> Response:
              summary="Suggest configurations to evaluate",
              description="Distinct configurations, none observed or running. Each comes with the "
              "calibrated prediction it was chosen on (null during the warm start).")
-def ask(study_id: StudyId, svc: Svc, body: Annotated[S.AskRequest | None, Body()] = None) -> Response:
+async def ask(study_id: StudyId, svc: Svc, body: Annotated[S.AskRequest | None, Body()] = None) -> Response:
     body = body or S.AskRequest()
-    return fast_json({"trials": svc.ask(study_id, body.count, body.worker_id)})
+    return fast_json({"trials": await svc.ask(study_id, body.count, body.worker_id)})
 
 
 @router.post("/studies/{study_id}/trials/{trial_id}/tell", response_model=S.TrialView, tags=["trials"],
              summary="Report a trial's result (idempotent)",
              description="`value` completes the trial; `state` failed or pruned ends it without one. "
              "The same tell again answers 200 and changes nothing; a different one answers 409.")
-def tell(study_id: StudyId, trial_id: TrialId, body: S.TellRequest, svc: Svc) -> Response:
-    view, _ = svc.tell(study_id, trial_id, body.value, body.state)
+async def tell(study_id: StudyId, trial_id: TrialId, body: S.TellRequest, svc: Svc) -> Response:
+    view, _ = await svc.tell(study_id, trial_id, body.value, body.state)
     return fast_json(view)
 
 

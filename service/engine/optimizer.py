@@ -249,8 +249,9 @@ def _prediction(snap: Snapshot, row: int, Q: np.ndarray, alphas: np.ndarray, sig
         "sign": sign,
     }
     if snap.method != "raw":
+        # (2, P, n): sorted lower / upper point sets per pair, what adapt needs for beta_t
         lows, highs = snap.bounds.points(row)
-        pred["points"] = {"lower": [a.tolist() for a in lows], "upper": [b.tolist() for b in highs]}
+        pred["points"] = np.stack([np.stack(lows), np.stack(highs)])
     return pred
 
 
@@ -341,9 +342,10 @@ def select(
     stochastic = config.acquisition in ("ts", "obs")
     sc = acq.score(config.acquisition, Q, snapshot.levels, best=snapshot.best, rng=rng,
                    ucb_pair=config.ucb_pair)
-    out: list[Suggestion] = []
+    rows: list[int] = []
+    preds: list[dict[str, Any]] = []
     for _ in range(count):
-        if stochastic and out:
+        if stochastic and rows:
             sc = acq.score(config.acquisition, Q, snapshot.levels, best=snapshot.best, rng=rng)
         pool = alive & ~near
         if not pool.any():
@@ -352,11 +354,12 @@ def select(
             break
         idx = np.flatnonzero(pool)
         row = int(idx[np.argmin(sc[idx])])
-        out.append(Suggestion(space.from_unit(cand[row])[0],
-                              _prediction(snapshot, row, Q, alphas, sign, config.acquisition, sc[row])))
+        rows.append(row)
+        preds.append(_prediction(snapshot, row, Q, alphas, sign, config.acquisition, sc[row]))
         alive[row] = False
         near |= _within(cand, cand[row : row + 1], radius)
-    return out
+    params = space.from_unit(cand[rows]) if rows else []
+    return [Suggestion(p, pred) for p, pred in zip(params, preds, strict=True)]
 
 
 # ---------------------------------------------------------------------- adapt
@@ -377,10 +380,11 @@ def adapt(
     new = list(states)
     pts = prediction.get("points")
     if pts is not None:
+        pts = np.asarray(pts, dtype=float)  # (2, P, n), from select (or a JSON round trip of it)
         y_int = prediction.get("sign", 1.0) * value
         new = []
         for j, s in enumerate(states):
-            beta = beta_from_points(np.asarray(pts["lower"][j]), np.asarray(pts["upper"][j]), y_int)
+            beta = beta_from_points(pts[0, j], pts[1, j], y_int)
             betas.append(beta)
             new.append(s.update(beta))
     record = {
@@ -398,6 +402,12 @@ def adapt(
         "value": value,
     }
     return new, record
+
+
+def _jsonable(pred: dict[str, Any] | None) -> dict[str, Any] | None:
+    if pred is None or not isinstance(pred.get("points"), np.ndarray):
+        return pred
+    return {**pred, "points": pred["points"].tolist()}
 
 
 # ------------------------------------------------------------------ Optimizer
@@ -459,6 +469,8 @@ class Optimizer:
             pending=[p for p, _ in self.pending], n_observed=len(self.observations),
         )
         self.timings["select"] += time.perf_counter() - t
+        for sug in out:  # a suggestion's prediction stays plain JSON for in-process users
+            sug.prediction = _jsonable(sug.prediction)
         self.asked += len(out)
         self.pending.extend((s.params, s.prediction) for s in out)
         return out
