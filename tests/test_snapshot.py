@@ -27,6 +27,17 @@ def observations(n: int) -> list:
     return [(c, float(np.sin(6 * c["a"]) + {"x": 0, "y": 0.5, "z": 1}[c["b"]])) for c in configs]
 
 
+def assert_same_predictions(x: list, y: list) -> None:
+    """Suggestions' predictions equal, conformal point sets (arrays) included."""
+    assert len(x) == len(y)
+    for a, b in zip([s.prediction for s in x], [s.prediction for s in y], strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.keys() == b.keys()
+            for k in a:
+                assert np.array_equal(a[k], b[k]) if k == "points" else a[k] == b[k], k
+
+
 @pytest.mark.parametrize("n", [20, 40, 60])  # raw, CV+, split
 def test_bytes_round_trip_selects_identically(n: int) -> None:
     cfg = EngineConfig(surrogate="qgp", n_candidates=200)
@@ -40,7 +51,7 @@ def test_bytes_round_trip_selects_identically(n: int) -> None:
     x = select(snap, states, SPACE, cfg, count=3, asked=n)
     y = select(back, states, SPACE, cfg, count=3, asked=n)
     assert [s.params for s in x] == [s.params for s in y]
-    assert [s.prediction for s in x] == [s.prediction for s in y]
+    assert_same_predictions(x, y)
     for name in ("n_obs", "best", "surrogate", "fit_seconds", "meta"):
         assert getattr(back, name) == getattr(snap, name), name
     assert back.raw.dtype == np.float64
@@ -51,7 +62,7 @@ def test_bytes_round_trip_selects_identically(n: int) -> None:
     x = select(snap, moved, SPACE, cfg, count=2, asked=n + 1, seed=5, pending=[x[0].params])
     y = select(back, moved, SPACE, cfg, count=2, asked=n + 1, seed=5, pending=[y[0].params])
     assert [s.params for s in x] == [s.params for s in y]
-    assert [s.prediction for s in x] == [s.prediction for s in y]
+    assert_same_predictions(x, y)
 
 
 @pytest.mark.parametrize("acquisition", ["ts", "obs", "ei", "ucb"])
@@ -65,7 +76,7 @@ def test_maximize_snapshot_round_trip(acquisition: str) -> None:
     x = select(snap, states, SPACE, cfg, count=2, direction="maximize", asked=40, seed=2)
     y = select(back, states, SPACE, cfg, count=2, direction="maximize", asked=40, seed=2)
     assert [s.params for s in x] == [s.params for s in y]
-    assert [s.prediction for s in x] == [s.prediction for s in y]
+    assert_same_predictions(x, y)
 
 
 def test_hand_built_snapshot_stores_float32_quantiles() -> None:
