@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import sys
 import time
@@ -66,6 +67,9 @@ def serve(args: argparse.Namespace) -> int:
     if settings.log_level != "debug":
         logging.getLogger("alembic").setLevel(logging.WARNING)
     app = create_app(settings)
+    # A request allocates many short-lived objects (ORM rows, JSON): collect the young
+    # generation less often (4% of the server's CPU under a crowd went to the collector).
+    gc.set_threshold(50_000, 20, 20)
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     print(f"calibo: serving on http://{shown}:{args.port}  (API docs: http://{shown}:{args.port}/docs)",
           flush=True)

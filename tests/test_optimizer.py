@@ -191,3 +191,18 @@ def test_minimizing_f_and_maximizing_minus_f_suggest_the_same(acquisition: str) 
     hi = Optimizer(MIXED_SPACE, direction="maximize", seed=9, acquisition=acquisition, config=FAST)
     assert run(lo, mixed, 36) == run(hi, lambda p: -mixed(p), 36)
     assert [s.alpha for s in lo.states] == [s.alpha for s in hi.states]
+
+
+def test_used_up_candidates_fall_back_to_quasi_random_points() -> None:
+    """A crowd can outrun the fits: asks keep getting fresh configurations, unpredicted."""
+    from service.engine import fit, initial_states, select
+
+    space = SearchSpace.from_dict(BRANIN_SPACE)
+    obs = [(p, branin(p)) for p in space.from_unit(space.sample(20, 0))]
+    cfg = EngineConfig(n_candidates=6, mutation_fraction=0.0, n_warmup=5)
+    snap = fit(obs, space, cfg, seed=0)
+    got = select(snap, initial_states(cfg), space, cfg, count=10, asked=20)
+    assert len(got) == 10
+    assert [s.prediction is not None for s in got] == [True] * len(snap.candidates) + [False] * (10 - len(snap.candidates))
+    keys = [space.key(s.params) for s in got]
+    assert len(set(keys)) == 10 and not set(keys) & set(space.keys(snap.observed))

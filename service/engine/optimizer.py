@@ -359,7 +359,14 @@ def select(
         alive[row] = False
         near |= _within(cand, cand[row : row + 1], radius)
     params = space.from_unit(cand[rows]) if rows else []
-    return [Suggestion(p, pred) for p, pred in zip(params, preds, strict=True)]
+    out = [Suggestion(p, pred) for p, pred in zip(params, preds, strict=True)]
+    if len(out) < count:
+        # The snapshot's candidates are used up (a crowd asked faster than fits land): the rest
+        # comes from the study's quasi-random sequence, without a prediction, rather than nothing.
+        taken = busy_keys | set(snapshot.candidate_keys()[r] for r in rows) | set(space.keys(snapshot.observed))
+        pts = warmup_points(space, seed, asked + len(out), count - len(out), taken)
+        out += [Suggestion(p, None) for p in space.from_unit(pts)] if len(pts) else []
+    return out
 
 
 # ---------------------------------------------------------------------- adapt
