@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= server,test
 
 
-.PHONY: run demo test lint bench bench-search bench-calibration clean venv
+.PHONY: run demo test lint bench bench-search bench-service bench-calibration clean venv
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,10 @@ bench: bench-search bench-calibration
 WORKERS ?= 2
 bench-search: $(BENCH_STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/search.py --workers $(WORKERS)
+
+# calibo serve (SQLite, and PostgreSQL at 127.0.0.1:5432) against Optuna RDB ask/tell; ~25 min.
+bench-service: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/service.py
 
 bench-calibration: $(BENCH_STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/calibration.py --workers $(WORKERS)
