@@ -148,8 +148,7 @@ class StudyService:
         self._snapshots: OrderedDict[tuple[int, int], Snapshot] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._inflight: Counter[int] = Counter()
-        self._asks = GroupCommit(self._ask_batch)
-        self._tells = GroupCommit(self._tell_batch)
+        self._writes = GroupCommit(self._write_batch)
 
     # -------------------------------------------------------------- studies
     def create(self, name: str, space: Any, direction: str = "minimize", surrogate: str | None = None,
@@ -262,12 +261,13 @@ class StudyService:
         return sd if sd is not None else await anyio.to_thread.run_sync(self.study, study_id)
 
     async def ask(self, study_id: int, count: int = 1, worker_id: str | None = None) -> list[dict[str, Any]]:
-        """``count`` new trials; concurrent asks on one study are served as one batch (one select)."""
+        """``count`` new trials; concurrent asks on one study are served as one batch (one select)
+        in the same transaction as the tells queued with them (see ``_write_batch``)."""
         sd = await self._study_async(study_id)
         with self._active(study_id):
             if self._inflight[study_id] == 1:  # maybe a sequential user: see _maybe_wait_for_fit
                 await anyio.to_thread.run_sync(self._maybe_wait_for_fit, sd)
-            return await self._asks(study_id, (count, worker_id))
+            return await self._writes(study_id, ("ask", (count, worker_id)))
 
     @contextmanager
     def _active(self, study_id: int) -> Iterator[None]:
@@ -282,39 +282,54 @@ class StudyService:
                 if not self._inflight[study_id]:
                     del self._inflight[study_id]
 
-    def _ask_batch(self, study_id: int, items: list[tuple[int, str | None]]) -> list[Any]:
+    def _write_batch(self, study_id: int, items: list[tuple[str, Any]]) -> list[Any]:
+        """One transaction for every ask and tell queued on the study: the tells first, in
+        arrival order (so the asks see their outcomes), then one select for all the asks."""
         sd = self.study(study_id)
+        tells = [i for i, (kind, _) in enumerate(items) if kind == "tell"]
+        asks = [i for i, (kind, _) in enumerate(items) if kind == "ask"]
+        out: list[Any] = [None] * len(items)
         with self.storage.locked(study_id) as tx:
-            st = tx.study
-            running = tx.running_trials()
-            if sd.heartbeat_timeout_seconds is not None:
-                cutoff = now() - timedelta(seconds=sd.heartbeat_timeout_seconds)
-                stale = tx.fail_stale(running, cutoff)
-                if stale:
-                    log.info("study %s: failed %d trials without heartbeat", study_id, len(stale))
-                    gone = {t.id for t in stale}
-                    running = [t for t in running if t.id not in gone]
-            snap = self._snapshot(tx.snapshot_data, study_id, st.snapshot_version) if st.snapshot_version else None
-            states = [state_from_dict(d) for d in st.adaptive]
-            suggestions = select(
-                snap, states, sd.space, sd.config, count=sum(c for c, _ in items), direction=sd.direction,
-                seed=sd.seed, asked=st.next_number, pending=[t.params for t in running],
-                n_observed=st.n_complete, exclude_keys=self._finished_keys(tx),
-            )
-            specs, owners = [], []
-            for s in suggestions:
-                pred = s.prediction
-                points = pred.pop("points", None) if pred is not None else None
-                specs.append({"params": s.params, "ukey": sd.space.key(s.params).hex(), "prediction": pred,
-                              "points": pack_points(points),
-                              "snapshot_version": st.snapshot_version if pred is not None else None})
-            # the batch's suggestions go to its asks in arrival order
-            for i, (count, worker_id) in enumerate(items):
-                for _ in range(count):
-                    if len(owners) < len(specs):
-                        specs[len(owners)]["worker_id"] = worker_id
-                        owners.append(i)
-            rows = tx.add_trials(specs)
+            if tells:
+                for i, r in zip(tells, self._tell_in(tx, sd, [items[i][1] for i in tells]), strict=True):
+                    out[i] = r
+            if asks:
+                for i, r in zip(asks, self._ask_in(tx, sd, [items[i][1] for i in asks]), strict=True):
+                    out[i] = r
+        return out
+
+    def _ask_in(self, tx: StudyTx, sd: StudyDef, items: list[tuple[int, str | None]]) -> list[Any]:
+        study_id = sd.id
+        st = tx.study
+        running = tx.running_trials()
+        if sd.heartbeat_timeout_seconds is not None:
+            cutoff = now() - timedelta(seconds=sd.heartbeat_timeout_seconds)
+            stale = tx.fail_stale(running, cutoff)
+            if stale:
+                log.info("study %s: failed %d trials without heartbeat", study_id, len(stale))
+                gone = {t.id for t in stale}
+                running = [t for t in running if t.id not in gone]
+        snap = self._snapshot(tx.snapshot_data, study_id, st.snapshot_version) if st.snapshot_version else None
+        states = [state_from_dict(d) for d in st.adaptive]
+        suggestions = select(
+            snap, states, sd.space, sd.config, count=sum(c for c, _ in items), direction=sd.direction,
+            seed=sd.seed, asked=st.next_number, pending=[t.params for t in running],
+            n_observed=st.n_complete, exclude_keys=self._finished_keys(tx),
+        )
+        specs, owners = [], []
+        for s in suggestions:
+            pred = s.prediction
+            points = pred.pop("points", None) if pred is not None else None
+            specs.append({"params": s.params, "ukey": sd.space.key(s.params).hex(), "prediction": pred,
+                          "points": pack_points(points),
+                          "snapshot_version": st.snapshot_version if pred is not None else None})
+        # the batch's suggestions go to its asks in arrival order
+        for i, (count, worker_id) in enumerate(items):
+            for _ in range(count):
+                if len(owners) < len(specs):
+                    specs[len(owners)]["worker_id"] = worker_id
+                    owners.append(i)
+        rows = tx.add_trials(specs)
         out: list[Any] = [[] for _ in items]
         for i, r, spec in zip(owners, rows, specs, strict=True):
             out[i].append({"id": r["id"], "number": r["number"], "params": spec["params"],
@@ -345,7 +360,7 @@ class StudyService:
                    state: str | None = None) -> tuple[dict[str, Any], bool]:
         """Finish a trial. Returns ``(trial view, changed)``; repeating a tell changes nothing.
 
-        Concurrent tells on one study commit together (one transaction, adapted in arrival order).
+        Concurrent tells (and asks) on one study commit together: see ``_write_batch``.
         """
         sd = await self._study_async(study_id)
         state = state or "complete"
@@ -366,46 +381,45 @@ class StudyService:
         else:
             raise InvalidRequest("must be complete, failed or pruned", field="state")
         with self._active(study_id):
-            view, changed, n_complete = await self._tells(study_id, (trial_id, value, state))
+            view, changed, n_complete = await self._writes(study_id, ("tell", (trial_id, value, state)))
         if changed and state == "complete" and self.fits is not None and n_complete >= max(sd.config.n_warmup, 4):
             self.fits.request(study_id)
         return view, changed
 
-    def _tell_batch(self, study_id: int, items: list[tuple[int, float | None, str]]) -> list[Any]:
-        sd = self.study(study_id)
+    def _tell_in(self, tx: StudyTx, sd: StudyDef, items: list[tuple[int, float | None, str]]) -> list[Any]:
+        study_id = sd.id
         out: list[Any] = []
-        with self.storage.locked(study_id) as tx:
-            trials = tx.trials([tid for tid, _, _ in items])
-            states = None
-            for trial_id, value, state in items:
-                trial = trials.get(trial_id)
-                if trial is None:
-                    out.append(NotFound(f"trial {trial_id} not found in study {study_id}", field="trial_id"))
+        trials = tx.trials([tid for tid, _, _ in items])
+        states = None
+        for trial_id, value, state in items:
+            trial = trials.get(trial_id)
+            if trial is None:
+                out.append(NotFound(f"trial {trial_id} not found in study {study_id}", field="trial_id"))
+                continue
+            if trial.state != "running":
+                if trial.state == state and _same_value(trial.value, value):
+                    out.append((trial_view(trial), False))
                     continue
-                if trial.state != "running":
-                    if trial.state == state and _same_value(trial.value, value):
-                        out.append((trial_view(trial), False))
-                        continue
-                    told = f"{trial.state}" + (f" with value {trial.value!r}" if trial.value is not None else "")
-                    out.append(Conflict(f"trial {trial.number} already finished as {told}",
-                                        field="state" if trial.state != state else "value",
-                                        code="trial_finished"))
-                    continue
-                if state == "complete":
-                    pred = trial.prediction
-                    if pred is not None and trial.points is not None:
-                        pred = {**pred, "points": unpack_points(trial.points, len(pred["intervals"]))}
-                    if states is None:
-                        states = [state_from_dict(d) for d in tx.study.adaptive]
-                    states, record = adapt(states, pred, value)
-                    best = tx.study.best_value
-                    better = best is None or (value < best if sd.direction == "minimize" else value > best)
-                    tx.finish(trial, "complete", value, record,
-                              [state_to_dict(s) for s in states] if record is not None else None, better)
-                else:
-                    tx.finish(trial, state, value)
-                out.append((trial_view(trial), True))
-            n_complete = tx.study.n_complete
+                told = f"{trial.state}" + (f" with value {trial.value!r}" if trial.value is not None else "")
+                out.append(Conflict(f"trial {trial.number} already finished as {told}",
+                                    field="state" if trial.state != state else "value",
+                                    code="trial_finished"))
+                continue
+            if state == "complete":
+                pred = trial.prediction
+                if pred is not None and trial.points is not None:
+                    pred = {**pred, "points": unpack_points(trial.points, len(pred["intervals"]))}
+                if states is None:
+                    states = [state_from_dict(d) for d in tx.study.adaptive]
+                states, record = adapt(states, pred, value)
+                best = tx.study.best_value
+                better = best is None or (value < best if sd.direction == "minimize" else value > best)
+                tx.finish(trial, "complete", value, record,
+                          [state_to_dict(s) for s in states] if record is not None else None, better)
+            else:
+                tx.finish(trial, state, value)
+            out.append((trial_view(trial), True))
+        n_complete = tx.study.n_complete
         return [r if isinstance(r, Exception) else (*r, n_complete) for r in out]
 
     # --------------------------------------------------------- calibration
