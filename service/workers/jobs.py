@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
 from typing import Any
@@ -26,6 +27,9 @@ FIT_NICENESS = 10
 def init_process(database_url: str) -> None:
     """Process-pool initializer: one database connection pool per worker process."""
     global _storage
+    # Ctrl-C in a terminal reaches the whole process group: the server shuts the pool
+    # down itself, so a worker must not die mid-fit (and log a failure) on SIGINT.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Fits are single-threaded by design (engine.fit limits BLAS to one thread);
     # the pool's parallelism is across studies.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
