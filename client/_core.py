@@ -184,27 +184,25 @@ class Attempts(Generic[T]):
         return self.call.parse(response)
 
 
+def invalid_response(response: httpx.Response, expected: str) -> CaliboError:
+    """The error for a successful status whose body is not what the contract promises."""
+    return CaliboError(f"expected {expected} from {response.request.method} {response.request.url.path}",
+                       status=response.status_code, code="invalid_response")
+
+
 def json_body(response: httpx.Response) -> Any:
     """The decoded JSON of a successful response."""
     try:
         return response.json()
     except ValueError as exc:
-        raise CaliboError(
-            f"expected JSON from {response.request.method} {response.request.url.path}, got "
-            f"{response.headers.get('content-type', 'no content type')!s}",
-            status=response.status_code,
-            code="invalid_response",
-        ) from exc
+        content_type = response.headers.get("content-type", "no content type")
+        raise invalid_response(response, f"JSON (got {content_type})") from exc
 
 
 def json_object(response: httpx.Response) -> dict[str, Any]:
     body = json_body(response)
     if not isinstance(body, dict):
-        raise CaliboError(
-            f"expected a JSON object from {response.request.url.path}",
-            status=response.status_code,
-            code="invalid_response",
-        )
+        raise invalid_response(response, "a JSON object")
     return body
 
 

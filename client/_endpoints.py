@@ -8,8 +8,7 @@ from typing import Any
 
 import httpx
 
-from ._core import Call, Safety, json_object, no_content
-from .errors import CaliboError
+from ._core import Call, Safety, invalid_response, json_object, no_content
 from .models import Trial
 
 TRIAL_STATES = ("failed", "pruned")
@@ -58,11 +57,7 @@ def _list_of(key: str) -> Callable[[httpx.Response], list[dict[str, Any]]]:
     def parse(response: httpx.Response) -> list[dict[str, Any]]:
         items = json_object(response).get(key)
         if not isinstance(items, list):
-            raise CaliboError(
-                f"expected a list under {key!r} from {response.request.url.path}",
-                status=response.status_code,
-                code="invalid_response",
-            )
+            raise invalid_response(response, f"a list under {key!r}")
         return items
 
     return parse
