@@ -8,6 +8,7 @@ returned quantiles are sorted along the level axis (quantile-crossing repair).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Protocol, Self
 
@@ -24,7 +25,7 @@ class QuantileSurrogate(Protocol):
     def fold_clone(self) -> QuantileSurrogate: ...
 
 
-class BaseSurrogate:
+class BaseSurrogate(ABC):
     """Shared plumbing: level checks, target scaling, crossing repair.
 
     Subclasses implement ``_fit(X, z)`` and ``_predict(X) -> (n, L)`` on the
@@ -74,8 +75,10 @@ class BaseSurrogate:
         q = np.sort(q, axis=1)  # quantile-crossing repair
         return q * self._sd + self._mu
 
-    def _fit(self, X: np.ndarray, z: np.ndarray) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _fit(self, X: np.ndarray, z: np.ndarray) -> None:
+        """Fit on features ``X`` and the standardised target ``z``."""
 
-    def _predict(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _predict(self, X: np.ndarray) -> np.ndarray:
+        """(n, L) quantiles of the standardised target at ``self.levels``."""
