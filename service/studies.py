@@ -8,8 +8,6 @@ pool. It knows nothing of HTTP.
 
 from __future__ import annotations
 
-import logging
-import math
 import threading
 import zlib
 from collections import Counter, OrderedDict
@@ -31,8 +29,6 @@ from .engine.optimizer import check_value
 from .errors import Conflict, InvalidRequest, NotFound
 from .storage import Storage, StudyInfo, StudyTx, TrialRow, as_utc, now
 from .workers import FitPool
-
-log = logging.getLogger("calibo.studies")
 
 SERVICE_SETTINGS = {"ask_wait_seconds": (0.0, 600.0), "heartbeat_timeout_seconds": (1.0, 7 * 86400.0)}
 
@@ -303,12 +299,7 @@ class StudyService:
         st = tx.study
         running = tx.running_trials()
         if sd.heartbeat_timeout_seconds is not None:
-            cutoff = now() - timedelta(seconds=sd.heartbeat_timeout_seconds)
-            stale = tx.fail_stale(running, cutoff)
-            if stale:
-                log.info("study %s: failed %d trials without heartbeat", study_id, len(stale))
-                gone = {t.id for t in stale}
-                running = [t for t in running if t.id not in gone]
+            running = tx.fail_stale(running, now() - timedelta(seconds=sd.heartbeat_timeout_seconds))
         snap = self._snapshot(tx.snapshot_data, study_id, st.snapshot_version) if st.snapshot_version else None
         states = [state_from_dict(d) for d in st.adaptive]
         suggestions = select(
@@ -364,22 +355,17 @@ class StudyService:
         """
         sd = await self._study_async(study_id)
         state = state or "complete"
-        if state == "complete":
-            if value is None:
-                raise InvalidRequest("a completed trial needs a value (or give state failed/pruned)",
-                                     field="value")
+        if state not in ("complete", "failed", "pruned"):
+            raise InvalidRequest("must be complete, failed or pruned", field="state")
+        if state == "complete" and value is None:
+            raise InvalidRequest("a completed trial needs a value (or give state failed/pruned)", field="value")
+        if state == "failed" and value is not None:
+            raise InvalidRequest("a failed trial has no value", field="value")
+        if value is not None:  # complete, or pruned with its last value
             try:
                 value = check_value(value)
             except FieldError as e:
                 raise InvalidRequest(e.message, field="value") from None
-        elif state == "failed":
-            if value is not None:
-                raise InvalidRequest("a failed trial has no value", field="value")
-        elif state == "pruned":
-            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)):
-                raise InvalidRequest("must be finite", field="value")
-        else:
-            raise InvalidRequest("must be complete, failed or pruned", field="state")
         with self._active(study_id):
             view, changed, n_complete = await self._writes(study_id, ("tell", (trial_id, value, state)))
         if changed and state == "complete" and self.fits is not None and n_complete >= max(sd.config.n_warmup, 4):
@@ -390,7 +376,8 @@ class StudyService:
         study_id = sd.id
         out: list[Any] = []
         trials = tx.trials([tid for tid, _, _ in items])
-        states = None
+        states = None  # loaded at the first completion, adapted tell by tell, stored once
+        adapted = False
         for trial_id, value, state in items:
             trial = trials.get(trial_id)
             if trial is None:
@@ -412,13 +399,15 @@ class StudyService:
                 if states is None:
                     states = [state_from_dict(d) for d in tx.study.adaptive]
                 states, record = adapt(states, pred, value)
+                adapted = adapted or record is not None
                 best = tx.study.best_value
                 better = best is None or (value < best if sd.direction == "minimize" else value > best)
-                tx.finish(trial, "complete", value, record,
-                          [state_to_dict(s) for s in states] if record is not None else None, better)
+                tx.finish(trial, "complete", value, record, better)
             else:
                 tx.finish(trial, state, value)
             out.append((trial_view(trial), True))
+        if adapted:
+            tx.set_adaptive([state_to_dict(s) for s in states])
         n_complete = tx.study.n_complete
         return [r if isinstance(r, Exception) else (*r, n_complete) for r in out]
 

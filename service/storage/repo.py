@@ -11,6 +11,7 @@ handler.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,6 +26,8 @@ from sqlalchemy.orm import Session, defer
 from ..errors import Conflict, NotFound
 from .db import make_engine, upgrade, write_engine
 from .models import FINISHED_STATES, TRIAL_STATES, SnapshotRow, StudyRow, TrialRow
+
+log = logging.getLogger("calibo.storage")
 
 SNAPSHOTS_KEPT = 3  # newest snapshots per study; older ones are deleted when a fit lands
 
@@ -152,9 +155,8 @@ class StudyTx:
         return [{"id": ids[r["number"]], "number": r["number"]} for r in rows]
 
     def finish(self, trial: TrialRow, state: str, value: float | None,
-               record: dict[str, Any] | None = None, adaptive: list[dict[str, Any]] | None = None,
-               better: bool = False) -> None:
-        """Move a running trial to ``state``; on completion update counters, best and alpha."""
+               record: dict[str, Any] | None = None, better: bool = False) -> None:
+        """Move a running trial to ``state``; on completion update the counter and the best."""
         self.study.finish_seq += 1
         trial.state = state
         trial.value = value
@@ -163,18 +165,22 @@ class StudyTx:
         trial.finish_seq = self.study.finish_seq
         if state == "complete":
             self.study.n_complete += 1
-            if adaptive is not None:
-                self.study.adaptive = adaptive
             if better:
                 self.study.best_trial_id = trial.id
                 self.study.best_value = value
 
+    def set_adaptive(self, states: list[dict[str, Any]]) -> None:
+        """The study's ACI/DtACI states after the tells of this transaction."""
+        self.study.adaptive = states
+
     def fail_stale(self, trials: Sequence[RunningTrial], cutoff: datetime) -> list[RunningTrial]:
-        """Fail running trials whose last sign of life is older than ``cutoff``."""
-        stale = [t for t in trials if as_utc(t.heartbeat_at or t.asked_at) < cutoff]
-        for t in stale:
-            self.finish(self.trial(t.id), "failed", None, {"reason": "heartbeat timeout"})
-        return stale
+        """Fail running trials whose last sign of life is older than ``cutoff``; the others."""
+        stale = {t.id for t in trials if as_utc(t.heartbeat_at or t.asked_at) < cutoff}
+        if stale:
+            for row in self.trials(list(stale)).values():
+                self.finish(row, "failed", None, {"reason": "heartbeat timeout"})
+            log.info("study %s: failed %d trials without heartbeat", self.study.id, len(stale))
+        return [t for t in trials if t.id not in stale]
 
 
 class Storage:
