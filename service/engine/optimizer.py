@@ -319,8 +319,10 @@ def select(
     """
     sign = _sign(direction)
     rng = np.random.default_rng([seed, asked, 11])
-    busy = [*exclude, *pending]
-    busy_keys = set(space.keys(space.to_unit(busy))) if busy else set()
+    pend_unit = space.to_unit(list(pending)) if pending else np.empty((0, space.dim))
+    busy_keys = set(space.keys(pend_unit)) if pending else set()
+    if exclude:
+        busy_keys.update(space.keys(space.to_unit(list(exclude))))
     busy_keys.update(exclude_keys)
     n_obs = snapshot.n_obs if n_observed is None and snapshot is not None else (n_observed or 0)
     if snapshot is None or n_obs < config.n_warmup:
@@ -338,7 +340,7 @@ def select(
     radius = config.diversity * math.sqrt(space.dim)
     near = np.zeros(cand.shape[0], dtype=bool)
     if pending:
-        near = _within(cand, space.to_unit(list(pending)), radius)
+        near = _within(cand, pend_unit, radius)
     stochastic = config.acquisition in ("ts", "obs")
     sc = acq.score(config.acquisition, Q, snapshot.levels, best=snapshot.best, rng=rng,
                    ucb_pair=config.ucb_pair)
