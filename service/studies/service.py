@@ -6,126 +6,30 @@ at tell) inside the study's locked transaction, and hands refits to the fit
 pool. It knows nothing of HTTP.
 """
 
+
 from __future__ import annotations
 
 import threading
-import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import anyio.to_thread
-import numpy as np
 
-from .batching import GroupCommit
-from .config import Settings
-from .engine import EngineConfig, SearchSpace, Snapshot, adapt, initial_states, metrics, select
-from .engine.adaptive import state_from_dict, state_to_dict
-from .engine.errors import FieldError
-from .engine.optimizer import check_value
-from .errors import Conflict, InvalidRequest, NotFound
-from .storage import Storage, StudyInfo, StudyTx, TrialRow, as_utc, now
-from .workers import FitPool
-
-SERVICE_SETTINGS = {"ask_wait_seconds": (0.0, 600.0), "heartbeat_timeout_seconds": (1.0, 7 * 86400.0)}
-
-
-@dataclass(frozen=True)
-class StudyDef:
-    """A study's immutable definition, parsed once and cached."""
-
-    id: int
-    space: SearchSpace
-    config: EngineConfig
-    direction: str
-    seed: int
-    ask_wait_seconds: float | None
-    heartbeat_timeout_seconds: float | None
-
-
-def default_seed(name: str) -> int:
-    """Studies without a seed get one from their name: reproducible, and distinct per study."""
-    return zlib.crc32(name.encode()) & 0x7FFFFFFF
-
-
-def build_definition(name: str, space: Any, direction: str, surrogate: str | None,
-                     acquisition: str | None, seed: int | None, settings: dict[str, Any] | None
-                     ) -> dict[str, Any]:
-    """The canonical stored form of a create request; raises InvalidRequest naming the field."""
-    try:
-        sp = SearchSpace.from_dict(space)
-    except FieldError as e:
-        raise InvalidRequest(e.message, field=e.field) from None
-    settings = dict(settings or {})
-    service: dict[str, float | None] = {}
-    for key, (lo, hi) in SERVICE_SETTINGS.items():
-        v = settings.pop(key, None)
-        if v is not None:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
-                raise InvalidRequest(f"must be a number in [{lo:g}, {hi:g}]", field=f"settings.{key}")
-            v = float(v)
-        service[key] = v
-    for key in ("surrogate", "acquisition"):
-        if key in settings:
-            raise InvalidRequest(f"give {key} at the top level, not in settings", field=f"settings.{key}")
-    engine = {**settings, **{k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition))
-                             if v is not None}}
-    try:
-        config = EngineConfig.from_dict(engine)
-    except FieldError as e:
-        top = e.field in ("surrogate", "acquisition")
-        raise InvalidRequest(e.message, field=e.field if top else f"settings.{e.field}") from None
-    except TypeError as e:
-        raise InvalidRequest(str(e), field="settings") from None
-    return {
-        "space": sp.to_dict(),
-        "direction": direction,
-        "seed": default_seed(name) if seed is None else int(seed),
-        "config": config.to_dict(),
-        "service": service,
-    }
-
-
-def pack_points(points: np.ndarray | None) -> bytes | None:
-    """Conformal point sets of one prediction, (2, P, n), as raw little-endian float64.
-
-    Raw rather than ``.npy``: np.load parses its header with ast.literal_eval,
-    which showed up on every tell.
-    """
-    if points is None:
-        return None
-    return np.ascontiguousarray(points, dtype="<f8").tobytes()
-
-
-def unpack_points(data: bytes, pairs: int) -> np.ndarray:
-    """Inverse of ``pack_points``; ``pairs`` (P) is the number of intervals of the prediction."""
-    return np.frombuffer(data, dtype="<f8").reshape(2, pairs, -1)
-
-
-def public_prediction(pred: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What clients see of a prediction: no internal point sets or orientation sign."""
-    if pred is None:
-        return None
-    return {k: v for k, v in pred.items() if k not in ("points", "sign")}
-
-
-def trial_view(t: TrialRow) -> dict[str, Any]:
-    return {
-        "id": t.id,
-        "study_id": t.study_id,
-        "number": t.number,
-        "state": t.state,
-        "params": t.params,
-        "value": t.value,
-        "prediction": public_prediction(t.prediction),
-        "worker_id": t.worker_id,
-        "asked_at": as_utc(t.asked_at),
-        "heartbeat_at": as_utc(t.heartbeat_at),
-        "finished_at": as_utc(t.finished_at),
-    }
+from ..batching import GroupCommit
+from ..config import Settings
+from ..engine import EngineConfig, SearchSpace, Snapshot, adapt, initial_states, select
+from ..engine.adaptive import state_from_dict, state_to_dict
+from ..engine.errors import FieldError
+from ..engine.optimizer import check_value
+from ..errors import Conflict, InvalidRequest, NotFound
+from ..storage import Storage, StudyInfo, StudyTx, now
+from ..workers import FitPool
+from .calibration import calibration_view
+from .definitions import StudyDef, build_definition
+from .views import pack_points, public_prediction, study_view, trial_view, unpack_points
 
 
 def _same_value(a: float | None, b: float | None) -> bool:
@@ -180,42 +84,8 @@ class StudyService:
             self.fits.forget(study_id)
 
     def view(self, info: StudyInfo) -> dict[str, Any]:
-        d = info.definition
-        config = dict(d["config"])
-        surrogate, acquisition = config.pop("surrogate"), config.pop("acquisition")
-        service = d.get("service", {})
-        wait = service.get("ask_wait_seconds")
-        settings = {**config, **service,
-                    "ask_wait_seconds": self.settings.ask_wait_seconds if wait is None else wait}
         fit = self.fits.status(info.id) if self.fits is not None else {"fitting": False, "queued": False}
-        return {
-            "id": info.id,
-            "name": info.name,
-            "space": d["space"],
-            "direction": d["direction"],
-            "seed": d["seed"],
-            "surrogate": surrogate,
-            "acquisition": acquisition,
-            "settings": settings,
-            "created_at": info.created_at,
-            "trials": info.counts,
-            "best_trial": info.best_trial,
-            "surrogate_status": {
-                "snapshot_version": info.snapshot_version or None,
-                "fitted_on": info.snapshot_n_obs,
-                "lag": info.n_complete - info.snapshot_n_obs,
-                "method": info.fit_method,
-                "fitted_at": info.fitted_at,
-                "fit_seconds": info.fit_seconds,
-                "last_error": info.fit_error,
-                **fit,
-            },
-            "adaptive": {
-                "adapter": config["adapter"],
-                "pairs": [{"coverage": round(1.0 - s["target"], 10), "target_alpha": s["target"],
-                           "alpha": s["alpha"], "steps": s["steps"]} for s in info.adaptive],
-            },
-        }
+        return study_view(info, self.settings.ask_wait_seconds, fit)
 
     # ------------------------------------------------------------------ ask
     def _snapshot(self, tx_data: Any, study_id: int, version: int) -> Snapshot | None:
@@ -413,43 +283,5 @@ class StudyService:
 
     # --------------------------------------------------------- calibration
     def calibration(self, study_id: int, window: int = 20) -> dict[str, Any]:
-        sd = self.study(study_id)
-        info = self.storage.get_study(study_id)
-        rows = self.storage.calibration_rows(study_id)
-        trials, records, params = [], [], []
-        for tid, number, p, rec in rows:
-            if "covered" not in rec:
-                continue
-            records.append(rec)
-            params.append(p)
-            trials.append({
-                "trial_id": tid, "number": number, "method": rec["method"], "value": rec["value"],
-                "mean": rec.get("mean"), "levels": rec.get("levels"), "quantiles": rec.get("quantiles"),
-                "intervals": [{"coverage": c, "alpha": a, "lower": lo, "upper": hi, "covered": cov,
-                               "width": w}
-                              for c, a, lo, hi, cov, w in zip(rec["coverage"], rec["alpha"], rec["lower"],
-                                                              rec["upper"], rec["covered"], rec["width"],
-                                                              strict=True)],
-                "beta": rec.get("beta"),
-            })
-        nominal = [round(1.0 - s["target"], 10) for s in info.adaptive]
-        out: dict[str, Any] = {
-            "study_id": study_id,
-            "n": len(records),
-            "nominal": nominal,
-            "trials": trials,
-            "current_alpha": [s["alpha"] for s in info.adaptive],
-        }
-        if not records:
-            out.update(summary={"n": 0}, conformal={"n": 0}, cumulative_coverage=[], rolling_coverage=[],
-                       alpha_trajectory=[])
-            return out
-        covered = np.array([r["covered"] for r in records], dtype=float)
-        features = sd.space.encode([sd.space.validate(p) for p in params])
-        out["cumulative_coverage"] = metrics.cumulative_coverage(covered).tolist()
-        out["rolling_coverage"] = metrics.trailing_coverage(covered, window).tolist()
-        out["alpha_trajectory"] = [r["alpha"] for r in records]
-        out["summary"] = metrics.summarize(records, features, window=window)
-        out["conformal"] = metrics.summarize(records, features, window=window, conformal_only=True)
-        out["window"] = window
-        return out
+        return calibration_view(self.study(study_id), self.storage.get_study(study_id),
+                                self.storage.calibration_rows(study_id), window)

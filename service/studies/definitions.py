@@ -1,0 +1,70 @@
+"""A study's definition: the canonical stored form of a create request, and its parsed, cached form."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine import EngineConfig, SearchSpace
+from ..engine.errors import FieldError
+from ..errors import InvalidRequest
+
+SERVICE_SETTINGS = {"ask_wait_seconds": (0.0, 600.0), "heartbeat_timeout_seconds": (1.0, 7 * 86400.0)}
+
+
+@dataclass(frozen=True)
+class StudyDef:
+    """A study's immutable definition, parsed once and cached."""
+
+    id: int
+    space: SearchSpace
+    config: EngineConfig
+    direction: str
+    seed: int
+    ask_wait_seconds: float | None
+    heartbeat_timeout_seconds: float | None
+
+
+def default_seed(name: str) -> int:
+    """Studies without a seed get one from their name: reproducible, and distinct per study."""
+    return zlib.crc32(name.encode()) & 0x7FFFFFFF
+
+
+def build_definition(name: str, space: Any, direction: str, surrogate: str | None,
+                     acquisition: str | None, seed: int | None, settings: dict[str, Any] | None
+                     ) -> dict[str, Any]:
+    """The canonical stored form of a create request; raises InvalidRequest naming the field."""
+    try:
+        sp = SearchSpace.from_dict(space)
+    except FieldError as e:
+        raise InvalidRequest(e.message, field=e.field) from None
+    settings = dict(settings or {})
+    service: dict[str, float | None] = {}
+    for key, (lo, hi) in SERVICE_SETTINGS.items():
+        v = settings.pop(key, None)
+        if v is not None:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+                raise InvalidRequest(f"must be a number in [{lo:g}, {hi:g}]", field=f"settings.{key}")
+            v = float(v)
+        service[key] = v
+    for key in ("surrogate", "acquisition"):
+        if key in settings:
+            raise InvalidRequest(f"give {key} at the top level, not in settings", field=f"settings.{key}")
+    engine = {**settings, **{k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition))
+                             if v is not None}}
+    try:
+        config = EngineConfig.from_dict(engine)
+    except FieldError as e:
+        top = e.field in ("surrogate", "acquisition")
+        raise InvalidRequest(e.message, field=e.field if top else f"settings.{e.field}") from None
+    except TypeError as e:
+        raise InvalidRequest(str(e), field="settings") from None
+    return {
+        "space": sp.to_dict(),
+        "direction": direction,
+        "seed": default_seed(name) if seed is None else int(seed),
+        "config": config.to_dict(),
+        "service": service,
+    }
+
