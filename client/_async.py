@@ -20,6 +20,7 @@ from ._optimize import (
     TrialView,
     catchable,
     check_arguments,
+    ends_heartbeats,
     no_trial_error,
     outcome,
     worker_id,
@@ -36,9 +37,10 @@ Objective = Callable[[dict[str, Any]], float] | Callable[[dict[str, Any]], Await
 class AsyncClient:
     """The asyncio twin of :class:`~client.Client`: same methods, awaited.
 
-    Same errors and the same retry rules: calls safe to repeat are retried on
-    connection errors and 502/503/504 with backoff (honouring ``Retry-After``);
-    ``ask`` only when the request cannot have reached the server.
+    Same errors and the same retry rules: every call (``ask`` with its
+    ``Idempotency-Key``) is retried on connection errors and 502/503/504 with
+    backoff, honouring ``Retry-After``, until ``retry_deadline`` seconds have
+    passed since its first try (and for at most ``retries`` retries if given).
     """
 
     def __init__(
@@ -47,12 +49,15 @@ class AsyncClient:
         token: str | None = None,
         *,
         timeout: float | httpx.Timeout | None = 30.0,
-        retries: int = 5,
+        retry_deadline: float = 60.0,
+        retries: int | None = None,
         backoff: float = 0.2,
         max_backoff: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
+        self._policy = RetryPolicy(
+            retries=retries, backoff=backoff, max_backoff=max_backoff, deadline=retry_deadline
+        )
         self._http = httpx.AsyncClient(
             transport=transport, **client_options(base_url, token, timeout)
         )
@@ -67,7 +72,11 @@ class AsyncClient:
         while True:
             try:
                 response = await self._http.request(
-                    call.method, call.path, json=call.json, params=call.params
+                    call.method,
+                    call.path,
+                    json=call.json,
+                    params=call.params,
+                    headers=call.headers,
                 )
             except httpx.TransportError as exc:
                 await asyncio.sleep(attempts.after_error(exc))
@@ -129,10 +138,14 @@ class AsyncClient:
         await self._run(api.delete_study(study_id))
 
     async def ask(
-        self, study_id: StudyRef, count: int = 1, worker_id: str | None = None
+        self,
+        study_id: StudyRef,
+        count: int = 1,
+        worker_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> list[Trial]:
-        """Ask for ``count`` new trials. Each call creates trials: it is not idempotent."""
-        return await self._run(api.ask(study_id, count, worker_id))
+        """Ask for ``count`` new trials; retried with one ``Idempotency-Key`` as :meth:`Client.ask`."""
+        return await self._run(api.ask(study_id, count, worker_id, idempotency_key))
 
     async def tell(
         self,
@@ -186,7 +199,8 @@ class AsyncClient:
         in a thread with :func:`asyncio.to_thread`). Otherwise as
         :meth:`Client.optimize`: numbers are told, NaN / infinity and exceptions
         in ``catch`` are told failed and the loop goes on, any other exception is
-        told failed, stops every task after its current trial and is raised.
+        told failed, stops every task after its current trial and is raised; a
+        trial whose heartbeat answers 409 / 404 is still evaluated and told.
         """
         check_arguments(n_trials, n_workers, heartbeat_interval)
         study_id = api.study_id_of(study)
@@ -280,5 +294,7 @@ class AsyncClient:
             for trial_id in running.snapshot():
                 try:
                     await self.heartbeat(study_id, trial_id)
-                except CaliboError:
-                    pass  # finished meanwhile (409) or server away: the tell will tell
+                except CaliboError as exc:
+                    if ends_heartbeats(exc):
+                        running.stop_beating(trial_id)
+                    # else the server stayed away past the retries: beat again next time

@@ -1,10 +1,10 @@
 """The part of a call that does not depend on sync or async I/O.
 
-A :class:`Call` describes one request (method, path, body, query), how safe it
-is to send twice, and how to read its answer. :class:`Attempts` follows one
-call through its tries: after a transport error or a response it says whether
-to try again and after how long, or raises the typed error. ``Client`` and
-``AsyncClient`` only add the sending and the sleeping.
+A :class:`Call` describes one request (method, path, body, query, headers), how
+safe it is to send twice, and how to read its answer. :class:`Attempts` follows
+one call through its tries: after a transport error or a response it says
+whether to try again and after how long, or raises the typed error. ``Client``
+and ``AsyncClient`` only add the sending and the sleeping.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import enum
 import math
 import os
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -68,6 +69,7 @@ class Call(Generic[T]):
     parse: Callable[[httpx.Response], T]
     json: dict[str, Any] | None = None
     params: dict[str, Any] | None = None
+    headers: dict[str, str] | None = None  # sent on every try, on top of the client's
     safety: Safety = Safety.IDEMPOTENT
     # A 404 after a try whose outcome is unknown means that try already did it
     # (DELETE): answer success instead of NotFound.
@@ -96,26 +98,36 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Exponential backoff with jitter, capped.
+    """When to try a call again: until a time budget is spent, with capped backoff.
 
-    The n-th retry (n = 0, 1, ...) waits a uniform draw from ``[d/2, d]`` with
-    ``d = min(max_backoff, backoff * 2**n)``; a ``Retry-After`` header replaces
-    that wait, up to ``max_retry_after`` seconds.
+    The tries of one call go on until ``deadline`` seconds have passed since its
+    first try (measured with ``clock``, monotonic) and, when ``retries`` is not
+    None, for at most ``retries`` retries as well. The n-th retry (n = 0, 1, ...)
+    waits a uniform draw from ``[d/2, d]`` with ``d = min(max_backoff,
+    backoff * 2**n)``; a ``Retry-After`` header replaces that draw, up to
+    ``max_retry_after`` seconds. A wait that would end past the deadline is cut
+    to end on it, so the last try starts at the deadline; once no time is left
+    the call gives up at once.
     """
 
-    retries: int = 5
+    retries: int | None = None
     backoff: float = 0.2
     max_backoff: float = 10.0
     max_retry_after: float = 60.0
+    deadline: float = 60.0
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
+    clock: Callable[[], float] = field(default=time.monotonic, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.retries < 0:
-            raise ValueError("retries must be >= 0")
+        if self.retries is not None and self.retries < 0:
+            raise ValueError("retries must be >= 0 or None")
         if self.backoff < 0 or self.max_backoff < 0 or self.max_retry_after < 0:
             raise ValueError("backoff times must be >= 0")
+        if not self.deadline >= 0:
+            raise ValueError("deadline must be >= 0")
 
     def delay(self, retry: int, retry_after: float | None = None) -> float:
+        """The wait before retry number ``retry``, ignoring the deadline."""
         if retry_after is not None:
             return min(retry_after, self.max_retry_after)
         ceiling = min(self.max_backoff, self.backoff * 2.0 ** min(retry, 62))
@@ -123,16 +135,36 @@ class RetryPolicy:
 
 
 class Attempts(Generic[T]):
-    """The tries of one call: decides, after each, between answer, retry and error."""
+    """The tries of one call: decides, after each, between answer, retry and error.
+
+    Create it just before the first try: the deadline counts from then.
+    """
 
     def __init__(self, call: Call[T], policy: RetryPolicy) -> None:
         self.call = call
         self.policy = policy
         self.tries = 0
         self.maybe_applied = False  # an earlier try may have reached the server
+        self.gave_up = False  # the final response is a retryable one we stopped retrying
+        self.started = policy.clock()
 
     def _label(self) -> str:
         return f"{self.call.method} {self.call.path}"
+
+    def _next_wait(self, retry_after: float | None = None) -> float | None:
+        """The wait before the next try, or None when the count or the time is spent."""
+        policy = self.policy
+        if policy.retries is not None and self.tries > policy.retries:
+            return None
+        left = policy.deadline - (policy.clock() - self.started)
+        if left <= 0:
+            return None
+        return min(policy.delay(self.tries - 1, retry_after), left)
+
+    def _gave_up(self) -> str:
+        elapsed = self.policy.clock() - self.started
+        plural = "s" if self.tries != 1 else ""
+        return f"gave up after {self.tries} attempt{plural} in {elapsed:.1f} s"
 
     def after_error(self, exc: httpx.TransportError) -> float:
         """The wait before the next try, or raise :class:`ConnectionFailed`."""
@@ -153,25 +185,21 @@ class Attempts(Generic[T]):
             ) from exc
         if not unsent:
             self.maybe_applied = True
-        if self.tries > self.policy.retries:
+        wait = self._next_wait()
+        if wait is None:
             raise ConnectionFailed(
-                f"{self._label()}: {detail} (gave up after {self.tries} attempts)",
-                attempts=self.tries,
+                f"{self._label()}: {detail} ({self._gave_up()})", attempts=self.tries
             ) from exc
-        return self.policy.delay(self.tries - 1)
+        return wait
 
     def after_response(self, response: httpx.Response) -> float | None:
         """None when ``response`` is the answer to read; else the wait before the next try."""
-        status = response.status_code
-        if (
-            status in RETRY_STATUSES
-            and self.call.safety is Safety.IDEMPOTENT
-            and self.tries < self.policy.retries
-        ):
-            self.tries += 1
-            retry_after = parse_retry_after(response.headers.get("Retry-After"))
-            return self.policy.delay(self.tries - 1, retry_after)
         self.tries += 1
+        if response.status_code in RETRY_STATUSES and self.call.safety is Safety.IDEMPOTENT:
+            wait = self._next_wait(parse_retry_after(response.headers.get("Retry-After")))
+            if wait is not None:
+                return wait
+            self.gave_up = True
         return None
 
     def finish(self, response: httpx.Response) -> T:
@@ -180,7 +208,10 @@ class Attempts(Generic[T]):
         if status == 404 and self.call.gone_means_done and self.maybe_applied:
             return self.call.parse(httpx.Response(204, request=response.request))
         if status >= 400:
-            raise error_from_response(response)
+            error = error_from_response(response)
+            if self.gave_up:
+                error.message = f"{error.message} ({self._label()}: {self._gave_up()})"
+            raise error
         return self.call.parse(response)
 
 

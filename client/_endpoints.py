@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import math
+import re
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 
-from ._core import Call, Safety, invalid_response, json_object, no_content
+from ._core import Call, invalid_response, json_object, no_content
 from .models import Trial
 
 TRIAL_STATES = ("failed", "pruned")
+IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 # A study is named by its id or by its view (a dict with "id"); a trial by its id or a Trial.
 StudyRef = int | dict[str, Any]
@@ -101,20 +104,29 @@ def delete_study(study_id: StudyRef) -> Call[None]:
     return Call("DELETE", _study(study_id), no_content, gone_means_done=True)
 
 
-def ask(study_id: StudyRef, count: int, worker_id: str | None) -> Call[list[Trial]]:
+def ask(
+    study_id: StudyRef, count: int, worker_id: str | None, idempotency_key: str | None = None
+) -> Call[list[Trial]]:
     sid = study_id_of(study_id)
     list_trials = _list_of("trials")
+    if idempotency_key is None:
+        idempotency_key = uuid.uuid4().hex
+    elif not isinstance(idempotency_key, str) or not IDEMPOTENCY_KEY.fullmatch(idempotency_key):
+        raise ValueError(
+            f"idempotency_key must be 1-64 characters of [A-Za-z0-9_-], got {idempotency_key!r}"
+        )
 
     def parse(response: httpx.Response) -> list[Trial]:
         return [Trial.from_wire(item, sid) for item in list_trials(response)]
 
-    # Every ask creates trials: send it again only when it never left.
+    # Every try of this call carries the same key, and the server answers a
+    # repeated key with the trials it made the first time: safe to retry.
     return Call(
         "POST",
         f"{_study(sid)}/ask",
         parse,
         json={"count": count, "worker_id": worker_id},
-        safety=Safety.UNSENT_ONLY,
+        headers={"Idempotency-Key": idempotency_key},
     )
 
 

@@ -52,6 +52,17 @@ def outcome(result: Any) -> tuple[float | None, str | None]:
     return value, None
 
 
+def ends_heartbeats(exc: CaliboError) -> bool:
+    """Whether a heartbeat's error means the trial takes no more heartbeats.
+
+    409: the trial is finished, or the server gave it up (``trial_expired``) after
+    its heartbeats stopped; 404: the trial or its study is gone. Either way the
+    objective goes on and its result is told (a late tell is recorded). Any other
+    error (the server away past the retries) is worth another beat later.
+    """
+    return exc.status in (404, 409)
+
+
 def no_trial_error() -> CaliboError:
     return CaliboError("ask answered no trial", code="invalid_response")
 
@@ -99,6 +110,7 @@ class Running:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ids: set[int] = set()
+        self._quiet: set[int] = set()  # running, but the server takes no heartbeats for them
 
     def add(self, trial_id: int) -> None:
         with self._lock:
@@ -107,7 +119,14 @@ class Running:
     def discard(self, trial_id: int) -> None:
         with self._lock:
             self._ids.discard(trial_id)
+            self._quiet.discard(trial_id)
+
+    def stop_beating(self, trial_id: int) -> None:
+        with self._lock:
+            if trial_id in self._ids:
+                self._quiet.add(trial_id)
 
     def snapshot(self) -> list[int]:
+        """The running trials to send a heartbeat for."""
         with self._lock:
-            return sorted(self._ids)
+            return sorted(self._ids - self._quiet)

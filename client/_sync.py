@@ -20,6 +20,7 @@ from ._optimize import (
     TrialView,
     catchable,
     check_arguments,
+    ends_heartbeats,
     no_trial_error,
     outcome,
     worker_id,
@@ -36,10 +37,11 @@ class Client:
     """Blocking client for a calibo server.
 
     Every call raises a :class:`~client.errors.CaliboError` subclass on failure.
-    Calls that are safe to repeat (every GET and DELETE, ``create_study``,
-    ``tell``, ``heartbeat``) are retried on connection errors and on 502/503/504
-    with exponential backoff (honouring ``Retry-After``); ``ask`` is retried only
-    when the request cannot have reached the server. The client is thread-safe.
+    Every call is safe to repeat (``ask`` sends an ``Idempotency-Key``, the same
+    on each try) and is retried on connection errors and on 502/503/504 with
+    exponential backoff, honouring ``Retry-After``, until ``retry_deadline``
+    seconds have passed since its first try (and, when ``retries`` is given, for
+    at most that many retries). The client is thread-safe.
     """
 
     def __init__(
@@ -48,12 +50,15 @@ class Client:
         token: str | None = None,
         *,
         timeout: float | httpx.Timeout | None = 30.0,
-        retries: int = 5,
+        retry_deadline: float = 60.0,
+        retries: int | None = None,
         backoff: float = 0.2,
         max_backoff: float = 10.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self._policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
+        self._policy = RetryPolicy(
+            retries=retries, backoff=backoff, max_backoff=max_backoff, deadline=retry_deadline
+        )
         self._http = httpx.Client(transport=transport, **client_options(base_url, token, timeout))
 
     @property
@@ -66,7 +71,11 @@ class Client:
         while True:
             try:
                 response = self._http.request(
-                    call.method, call.path, json=call.json, params=call.params
+                    call.method,
+                    call.path,
+                    json=call.json,
+                    params=call.params,
+                    headers=call.headers,
                 )
             except httpx.TransportError as exc:
                 time.sleep(attempts.after_error(exc))
@@ -132,9 +141,21 @@ class Client:
     def delete_study(self, study_id: StudyRef) -> None:
         self._run(api.delete_study(study_id))
 
-    def ask(self, study_id: StudyRef, count: int = 1, worker_id: str | None = None) -> list[Trial]:
-        """Ask for ``count`` new trials. Each call creates trials: it is not idempotent."""
-        return self._run(api.ask(study_id, count, worker_id))
+    def ask(
+        self,
+        study_id: StudyRef,
+        count: int = 1,
+        worker_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[Trial]:
+        """Ask for ``count`` new trials.
+
+        Each call sends an ``Idempotency-Key`` (``idempotency_key``, 1-64 characters
+        of ``[A-Za-z0-9_-]``, or a fresh random one) on every try, so a retry gets
+        the trials of the first try instead of new ones. Asking again with the key
+        of an earlier call answers that call's trials.
+        """
+        return self._run(api.ask(study_id, count, worker_id, idempotency_key))
 
     def tell(
         self,
@@ -193,7 +214,10 @@ class Client:
         exception of a type in ``catch`` is told as a failed trial and the loop
         goes on; any other is told as failed, stops every worker after its
         current trial, and is raised. While objectives run, their trials get a
-        heartbeat every ``heartbeat_interval`` seconds (None: never).
+        heartbeat every ``heartbeat_interval`` seconds (None: never); a trial the
+        server no longer takes heartbeats for (409, e.g. ``trial_expired``, or 404)
+        is still evaluated and told. Asks, tells and heartbeats are retried like
+        any call, so the loop rides out an outage shorter than ``retry_deadline``.
         ``callback(trial_view)`` runs after each tell. Worker 0 runs in the
         calling thread. Returns the finished trial views in the order told.
         """
@@ -286,5 +310,11 @@ class Client:
                     return
                 try:
                     self.heartbeat(study_id, trial_id)
-                except CaliboError:
-                    pass  # finished meanwhile (409) or server away: the tell will tell
+                except CaliboError as exc:
+                    if ends_heartbeats(exc):
+                        running.stop_beating(trial_id)
+                    # else the server stayed away past the retries: beat again next time
+                except Exception:
+                    if done.is_set():
+                        return  # a late retry after the client was closed
+                    raise

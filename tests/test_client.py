@@ -7,10 +7,14 @@ contract for the optimize loops; single-purpose handlers script failures.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
+import random
+import re
 import threading
 import time
+import types
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -98,7 +102,12 @@ ASKED = {"trials": [{"id": 7, "number": 6, "params": {"x": 0.5}, "prediction": {
 
 
 class FakeServer:
-    """The v1 contract in memory, enough for the optimize loops. Thread-safe."""
+    """The v1 contract in memory, enough for the optimize loops. Thread-safe.
+
+    An ask repeated with the same ``Idempotency-Key`` answers the first one's
+    trials; heartbeats of the trials in ``expired`` answer 409 ``trial_expired``
+    (their tells are still recorded, as the real server does).
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -108,6 +117,10 @@ class FakeServer:
         self.tells: list[dict[str, Any]] = []
         self.heartbeats: Counter[int] = Counter()
         self.workers: set[str] = set()
+        self.answered_asks: dict[tuple[int, str], httpx.Response] = {}
+        self.replays = 0
+        self.expired: set[int] = set()
+        self.refused: Counter[int] = Counter()
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         with self.lock:
@@ -127,6 +140,10 @@ class FakeServer:
             return error(404, "not_found", "no such study")
         sid = int(parts[2])
         if parts[3:] == ["ask"]:
+            key = request.headers.get("Idempotency-Key")
+            if (sid, key) in self.answered_asks:
+                self.replays += 1
+                return httpx.Response(200, json=json.loads(self.answered_asks[sid, key].content))
             self.asks += 1
             self.workers.add(body["worker_id"])
             made = []
@@ -143,10 +160,16 @@ class FakeServer:
                 )
                 made.append({k: self.trials[tid][k] for k in ("id", "number", "params")})
                 made[-1]["prediction"] = None
-            return httpx.Response(200, json={"trials": made})
+            answer = httpx.Response(200, json={"trials": made})
+            if key is not None:
+                self.answered_asks[sid, key] = answer
+            return answer
         if parts[3:4] == ["trials"] and len(parts) == 6:
             trial = self.trials[int(parts[4])]
             if parts[5] == "heartbeat":
+                if trial["id"] in self.expired:
+                    self.refused[trial["id"]] += 1
+                    return error(409, "trial_expired", "no heartbeat for too long")
                 if trial["state"] != "running":
                     return error(409, "trial_finished", "already finished")
                 self.heartbeats[trial["id"]] += 1
@@ -276,23 +299,178 @@ def test_tell_and_heartbeat_retried_on_read_errors() -> None:
     assert handler.calls == 2
 
 
-def test_ask_not_retried_on_503() -> None:
-    handler = Script(error(503, "unavailable", "busy"), httpx.Response(200, json=ASKED))
-    with sync_client(handler) as calibo, pytest.raises(ServerError) as info:
+def unavailable() -> httpx.Response:
+    """The server's answer while its database is unreachable."""
+    return httpx.Response(
+        503, headers={"Retry-After": "0"}, json={"error": {"code": "unavailable", "message": "db"}}
+    )
+
+
+@pytest.mark.parametrize("method", ["tell", "ask"])
+def test_503_three_times_then_200_succeeds(method: str) -> None:
+    answer = httpx.Response(200, json=trial_view(4) if method == "tell" else ASKED)
+    handler = Script(unavailable(), unavailable(), unavailable(), answer)
+    with sync_client(handler, retries=None) as calibo:
+        if method == "tell":
+            assert calibo.tell(1, 4, 2.0)["id"] == 4
+        else:
+            assert [t.id for t in calibo.ask(1)] == [7]
+    assert handler.calls == 4
+
+
+def test_ask_sends_one_idempotency_key_per_call() -> None:
+    handler = Script(unavailable(), httpx.ReadError("reset"), httpx.Response(200, json=ASKED))
+    with sync_client(handler) as calibo:
         calibo.ask(1)
-    assert info.value.code == "unavailable"
-    assert handler.calls == 1
+        calibo.ask(1)
+        calibo.ask(1, idempotency_key="worker-3_trial-17")
+    keys = [r.headers["Idempotency-Key"] for r in handler.requests]
+    assert len(keys) == 5
+    first, second, mine = keys[0], keys[3], keys[4]
+    assert keys[:3] == [first] * 3  # every try of the first call
+    assert re.fullmatch(r"[0-9a-f]{32}", first) and second != first
+    assert mine == "worker-3_trial-17"
 
 
-@pytest.mark.parametrize("exc", [httpx.ReadError("reset"), httpx.ReadTimeout("slow")])
-def test_ask_not_retried_when_the_request_may_have_arrived(exc: Exception) -> None:
+@pytest.mark.parametrize(
+    "exc",
+    [
+        httpx.RemoteProtocolError("server closed"),
+        httpx.ReadError("reset"),
+        httpx.ReadTimeout("slow"),
+    ],
+)
+def test_ask_retried_when_the_request_may_have_arrived(exc: Exception) -> None:
     handler = Script(exc, httpx.Response(200, json=ASKED))
-    with sync_client(handler) as calibo, pytest.raises(ConnectionFailed) as info:
-        calibo.ask(1)
+    with sync_client(handler) as calibo:
+        assert [t.id for t in calibo.ask(1)] == [7]
+    assert handler.calls == 2
+    assert len({r.headers["Idempotency-Key"] for r in handler.requests}) == 1
+
+
+def test_ask_rejects_a_bad_idempotency_key_without_a_request() -> None:
+    handler = Script(httpx.Response(200, json=ASKED))
+    with sync_client(handler) as calibo:
+        for key in ("", "x" * 65, "a b", "é", 7):
+            with pytest.raises(ValueError):
+                calibo.ask(1, idempotency_key=key)  # type: ignore[arg-type]
+        calibo.ask(1, idempotency_key="x" * 64)
     assert handler.calls == 1
-    assert info.value.attempts == 1
-    assert "not idempotent" in str(info.value)
-    assert isinstance(info.value.__cause__, type(exc))
+
+
+class FakeClock:
+    """A monotonic clock that moves only when something sleeps on it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    async def asleep(self, seconds: float) -> None:
+        self.sleep(seconds)
+
+
+def on_clock(calibo: Client | AsyncClient, clock: FakeClock) -> None:
+    calibo._policy = dataclasses.replace(calibo._policy, clock=clock, rng=random.Random(0))
+
+
+@pytest.mark.parametrize(
+    ("outcome", "raised"),
+    [
+        (error(503, "unavailable", "db down"), ServerError),
+        (httpx.ConnectError("refused"), ConnectionFailed),
+    ],
+)
+def test_deadline_ends_the_retries_at_the_deadline_not_before(
+    monkeypatch: pytest.MonkeyPatch, outcome: httpx.Response | Exception, raised: type
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr("client._sync.time", types.SimpleNamespace(sleep=clock.sleep))
+    handler = Script(outcome)
+    with sync_client(
+        handler, retries=None, retry_deadline=20.0, backoff=1.0, max_backoff=4.0
+    ) as calibo:
+        on_clock(calibo, clock)
+        with pytest.raises(raised) as info:
+            calibo.get_study(1)
+    # jittered backoff 0.5-1, 1-2, 2-4, then 2-4 each; the last wait cut to end on the deadline
+    assert sum(clock.sleeps) == pytest.approx(20.0)
+    assert sum(clock.sleeps[:-1]) < 20.0
+    assert all(2.0 <= s <= 4.0 for s in clock.sleeps[2:-1])
+    assert handler.calls == len(clock.sleeps) + 1
+    assert f"gave up after {handler.calls} attempts in 20.0 s" in str(info.value)
+    if raised is ConnectionFailed:
+        assert info.value.attempts == handler.calls
+
+
+def test_deadline_with_retry_after_and_a_count_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr("client._sync.time", types.SimpleNamespace(sleep=clock.sleep))
+    busy = httpx.Response(503, headers={"Retry-After": "3"})
+    handler = Script(busy)
+    with sync_client(handler, retries=None, retry_deadline=10.0) as calibo:
+        on_clock(calibo, clock)
+        with pytest.raises(ServerError):
+            calibo.tell(1, 2, 1.0)
+    assert clock.sleeps == [3.0, 3.0, 3.0, 1.0]  # Retry-After clipped to the time left
+    assert handler.calls == 5
+    # Retry-After beyond the deadline: one wait to the deadline, then give up
+    clock.sleeps.clear()
+    handler = Script(httpx.Response(503, headers={"Retry-After": "30"}))
+    with sync_client(handler, retries=None, retry_deadline=10.0) as calibo:
+        on_clock(calibo, clock)
+        with pytest.raises(ServerError):
+            calibo.health()
+    assert (clock.sleeps, handler.calls) == ([10.0], 2)
+    # with retries given too, whichever bound comes first
+    clock.sleeps.clear()
+    handler = Script(busy)
+    with sync_client(handler, retries=2, retry_deadline=60.0) as calibo:
+        on_clock(calibo, clock)
+        with pytest.raises(ServerError):
+            calibo.health()
+    assert (clock.sleeps, handler.calls) == ([3.0, 3.0], 3)
+    # no time at all: one try, no wait
+    handler = Script(busy)
+    with sync_client(handler, retry_deadline=0.0) as calibo, pytest.raises(ServerError):
+        calibo.health()
+    assert handler.calls == 1
+
+
+def test_async_deadline_and_503_then_200(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(asyncio, "sleep", clock.asleep)
+
+    async def main() -> None:
+        handler = Script(httpx.Response(503, headers={"Retry-After": "4"}))
+        async with async_client(handler, retries=None, retry_deadline=10.0) as calibo:
+            on_clock(calibo, clock)
+            with pytest.raises(ServerError) as info:
+                await calibo.ask(1)
+        assert clock.sleeps == [4.0, 4.0, 2.0]
+        assert handler.calls == 4
+        assert len({r.headers["Idempotency-Key"] for r in handler.requests}) == 1
+        assert "gave up after 4 attempts in 10.0 s" in str(info.value)
+
+        for method in ("tell", "ask"):
+            answer = httpx.Response(200, json=trial_view(4) if method == "tell" else ASKED)
+            handler = Script(unavailable(), unavailable(), unavailable(), answer)
+            async with async_client(handler, retries=None) as calibo:
+                if method == "tell":
+                    assert (await calibo.tell(1, 4, 2.0))["id"] == 4
+                else:
+                    assert [t.id for t in await calibo.ask(1, idempotency_key="k")] == [7]
+            assert handler.calls == 4
+            if method == "ask":
+                assert {r.headers["Idempotency-Key"] for r in handler.requests} == {"k"}
+
+    asyncio.run(main())
 
 
 @pytest.mark.parametrize("exc", [httpx.ConnectError("refused"), httpx.ConnectTimeout("slow")])
@@ -595,7 +773,97 @@ def test_optimize_ask_error_is_raised() -> None:
         calibo.optimize(99, lambda p: 0.0, n_trials=5, n_workers=2)
 
 
+class Outage:
+    """A FakeServer behind a flaky network: a window of requests answered 503 while
+    the database is away, and a few answers to asks and tells lost after the
+    server applied them (the server closed the keep-alive connection)."""
+
+    def __init__(self, server: FakeServer, down: range = range(6, 30), lose: int = 3) -> None:
+        self.server = server
+        self.down = down
+        self.lose = {"ask": lose, "tell": lose}
+        self.lost: Counter[str] = Counter()
+        self.seen = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        with self.lock:
+            self.seen += 1
+            if self.seen in self.down:
+                return unavailable()
+            kind = request.url.path.rsplit("/", 1)[1]
+            lose = self.lost[kind] < self.lose.get(kind, 0)
+            if lose:
+                self.lost[kind] += 1
+        response = self.server(request)
+        if lose:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return response
+
+
+def check_outage_ridden_out(
+    server: FakeServer, outage: Outage, results: list[dict[str, Any]]
+) -> None:
+    assert outage.seen > outage.down.stop  # the loop went on after the outage
+    assert outage.lost == {"ask": 3, "tell": 3}
+    assert server.replays >= 3  # lost asks were answered from their key...
+    assert len(server.trials) == len(results) == 12  # ...so no trial was made twice
+    assert {r["state"] for r in results} == {"complete"}
+    assert sorted(r["id"] for r in results) == list(range(1, 13))
+
+
+def test_optimize_rides_out_an_outage() -> None:
+    server = FakeServer()
+    outage = Outage(server)
+    with sync_client(outage, retries=None) as calibo:
+        study = calibo.create_study("s", SPACE)
+        results = calibo.optimize(study, lambda p: p["x"], n_trials=12, n_workers=3)
+    check_outage_ridden_out(server, outage, results)
+
+
+def test_optimize_keeps_evaluating_a_trial_whose_heartbeat_expired() -> None:
+    server = FakeServer()
+    server.expired.add(1)
+    with sync_client(server) as calibo:
+        study = calibo.create_study("s", SPACE)
+        results = calibo.optimize(
+            study, lambda p: time.sleep(0.2) or p["x"], n_trials=2, heartbeat_interval=0.03
+        )
+    assert [(r["id"], r["state"], r["value"]) for r in results] == [
+        (1, "complete", 1.0),
+        (2, "complete", 2.0),
+    ]
+    assert server.refused == {1: 1}  # told once that it expired, never beaten again
+    assert server.heartbeats[1] == 0 and server.heartbeats[2] >= 2  # the beating went on
+
+
 # --------------------------------------------------------------------------- async
+def test_async_optimize_rides_out_an_outage_and_an_expired_heartbeat() -> None:
+    async def main() -> None:
+        server = FakeServer()
+        outage = Outage(server)
+        async with async_client(outage, retries=None) as calibo:
+            study = await calibo.create_study("s", SPACE)
+            results = await calibo.optimize(study, lambda p: p["x"], n_trials=12, n_workers=3)
+        check_outage_ridden_out(server, outage, results)
+
+        server = FakeServer()
+        server.expired.add(1)
+
+        async def slow(params: dict[str, Any]) -> float:
+            await asyncio.sleep(0.2)
+            return params["x"]
+
+        async with async_client(server) as calibo:
+            study = await calibo.create_study("s", SPACE)
+            results = await calibo.optimize(study, slow, n_trials=2, heartbeat_interval=0.03)
+        assert [(r["id"], r["state"]) for r in results] == [(1, "complete"), (2, "complete")]
+        assert server.refused == {1: 1}
+        assert server.heartbeats[2] >= 2
+
+    asyncio.run(main())
+
+
 def test_async_error_mapping() -> None:
     async def main() -> None:
         for status, code, cls in ERROR_CASES:
@@ -628,12 +896,12 @@ def test_async_retries() -> None:
             assert await calibo.get_study(1) == {"id": 1}
         assert get.calls == 2
 
-        for first, exc in ((busy, ServerError), (httpx.ReadError("reset"), ConnectionFailed)):
+        for first in (busy, httpx.ReadError("reset"), httpx.RemoteProtocolError("closed")):
             ask = Script(first, httpx.Response(200, json=ASKED))
             async with async_client(ask) as calibo:
-                with pytest.raises(exc):
-                    await calibo.ask(1)
-            assert ask.calls == 1
+                assert [t.id for t in await calibo.ask(1)] == [7]
+            assert ask.calls == 2
+            assert len({r.headers["Idempotency-Key"] for r in ask.requests}) == 1
 
         ask = Script(httpx.ConnectError("refused"), httpx.Response(200, json=ASKED))
         async with async_client(ask) as calibo:
