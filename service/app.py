@@ -1,20 +1,28 @@
-"""``create_app(settings)``: the FastAPI application with its storage, fit pool and routes."""
+"""``create_app(settings)``: the FastAPI application with its storage, fit pool, reaper and routes."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
+from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 
 from . import __version__
 from .api import errors, router
+from .api.middleware import BearerAuth, BodyLimit, CatchAll
 from .api.schemas import Health
 from .config import Settings
+from .errors import Unavailable
+from .logs import Throttled, one_line
 from .storage import Storage
 from .studies import StudyService
+from .studies.reaper import reap_once
 from .workers import FitPool
 
 log = logging.getLogger("calibo")
@@ -22,6 +30,41 @@ log = logging.getLogger("calibo")
 # Handlers are sync and run on anyio's thread pool; an ask of a sequential user
 # may sit there waiting for a fit, so leave room for many concurrent clients.
 THREADS = 128
+HEALTH_TTL = 1.0  # seconds a database check answers /healthz for
+
+
+class Readiness:
+    """Whether the database answers, checked at most once per ``HEALTH_TTL`` however often asked."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self._at = -HEALTH_TTL
+        self._ok = False
+        self._lock = asyncio.Lock()
+
+    async def ok(self) -> bool:
+        async with self._lock:  # concurrent probes share one check
+            if time.monotonic() - self._at >= HEALTH_TTL:
+                try:
+                    await anyio.to_thread.run_sync(self.storage.ping)
+                    self._ok = True
+                except Unavailable:
+                    self._ok = False
+                self._at = time.monotonic()
+            return self._ok
+
+
+async def _reaper(svc: StudyService, interval: float) -> None:
+    """Fail orphaned running trials every ``interval`` seconds (see ``studies.reaper``)."""
+    trouble = Throttled(log, 60.0)
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await anyio.to_thread.run_sync(reap_once, svc)
+        except Unavailable:
+            pass  # storage has said so, once per interval
+        except Exception as e:  # noqa: BLE001 - the loop must outlive any one pass
+            trouble.log(logging.ERROR, type(e).__name__, "reaper pass failed: %s", one_line(e), exc_info=e)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -31,35 +74,61 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
-        storage = await anyio.to_thread.run_sync(lambda: Storage(settings.database_url, migrate=settings.migrate))
+        storage = await anyio.to_thread.run_sync(lambda: Storage(
+            settings.database_url, migrate=settings.migrate, connect_timeout=settings.db_timeout_seconds))
         fits = FitPool(storage, settings.database_url, workers=settings.workers, retries=settings.fit_retries)
         app.state.storage = storage
         app.state.fits = fits
         app.state.studies = StudyService(settings, storage, fits)
+        app.state.readiness = Readiness(storage)
         lagging = await anyio.to_thread.run_sync(storage.studies_needing_fit)
         for study_id in lagging:  # tells that landed after the last fit before a restart
             fits.request(study_id)
+        reaper = asyncio.create_task(_reaper(app.state.studies, settings.reaper_interval_seconds))
         log.info("calibo %s ready: %s, %d fit worker(s), %d studies queued for a refit",
                  __version__, storage.engine.url.render_as_string(hide_password=True), settings.workers,
                  len(lagging))
         try:
             yield
         finally:
+            reaper.cancel()
+            with suppress(asyncio.CancelledError):
+                await reaper
             await anyio.to_thread.run_sync(fits.close)
             storage.close()
 
+    docs = settings.docs
     app = FastAPI(
         title="calibo",
         version=__version__,
         summary="Ask/tell hyperparameter optimization from conformally calibrated surrogates",
         lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
     )
     app.state.settings = settings
     app.state.tokens = tokens
     errors.install(app)
+    # outermost last: CatchAll sees everything, auth runs before any body is read
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout_seconds)
+    app.add_middleware(BearerAuth, tokens=tokens)
+    app.add_middleware(CatchAll)
 
-    @app.get("/healthz", response_model=Health, tags=["service"], summary="Liveness")
-    def healthz() -> dict[str, str]:
+    @app.get("/healthz", response_model=Health, tags=["service"], summary="Readiness",
+             description="200 while the database answers (checked at most once a second); 503 with "
+             "Retry-After while it does not. No auth.",
+             responses={503: {"model": Health, "description": "the database is unreachable"}})
+    async def healthz() -> Any:
+        if await app.state.readiness.ok():
+            return {"status": "ok", "database": "ok"}
+        return JSONResponse({"status": "unavailable", "database": "down"}, status_code=503,
+                            headers={"Retry-After": str(settings.retry_after_seconds)})
+
+    @app.get("/livez", response_model=Health, response_model_exclude_none=True, tags=["service"],
+             summary="Liveness",
+             description="200 while the process serves requests, whatever the database does. No auth.")
+    async def livez() -> dict[str, str]:
         return {"status": "ok"}
 
     app.include_router(router)

@@ -61,6 +61,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.app import create_app
+    from service.server import uvicorn_config
 
     settings = _settings(args)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -73,8 +74,9 @@ def serve(args: argparse.Namespace) -> int:
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     print(f"calibo: serving on http://{shown}:{args.port}  (API docs: http://{shown}:{args.port}/docs)",
           flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=settings.log_level,
-                access_log=args.access_log)
+    config = uvicorn_config(app, settings, args.host, args.port, log_level=settings.log_level,
+                            access_log=args.access_log)
+    uvicorn.Server(config).run()
     return 0
 
 

@@ -41,6 +41,31 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     snapshot_cache: int = Field(64, ge=1, description="snapshots kept deserialised in memory")
     migrate: bool = Field(True, description="run `alembic upgrade head` when the app starts")
+    heartbeat_timeout_seconds: float = Field(
+        1800.0, ge=1, le=7 * 86400,
+        description="a running trial silent (no heartbeat) for longer is failed by the reaper, unless its "
+        "study sets its own settings.heartbeat_timeout_seconds; a late tell of it is still recorded",
+    )
+    reaper_interval_seconds: float = Field(30.0, gt=0, le=3600, description="how often the reaper looks")
+    max_body_bytes: int = Field(1_048_576, ge=1024, le=64 * 1_048_576,
+                                description="largest request body accepted; larger ones answer 413")
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, le=600, description="a connection whose request headers are not complete this long "
+        "after its first byte (or after it opened) is closed",
+    )
+    body_timeout_seconds: float = Field(
+        30.0, gt=0, le=3600, description="a request whose body is not complete this long after its headers "
+        "answers 408 and the connection is closed",
+    )
+    keep_alive_seconds: float = Field(5.0, gt=0, le=600, description="idle keep-alive connections are closed after")
+    max_connections: int = Field(
+        1000, ge=1, le=100_000, description="open connections (and requests in progress) beyond this answer 503",
+    )
+    retry_after_seconds: int = Field(1, ge=1, le=600, description="Retry-After of a 503 while the database is down")
+    db_timeout_seconds: float = Field(
+        5.0, gt=0, le=600, description="connecting to the database gives up after this (then 503)",
+    )
+    docs: bool = Field(True, description="serve /docs, /redoc and /openapi.json (without auth)")
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -109,6 +109,7 @@ class LiveServer:
     api_tokens: str = ""
     ask_wait_seconds: float = 5.0
     port: int = 0
+    settings: dict = field(default_factory=dict)  # other Settings fields
 
     def __post_init__(self) -> None:
         self.port = self.port or free_port()
@@ -124,11 +125,11 @@ class LiveServer:
 
         from service.app import create_app
         from service.config import Settings
+        from service.server import uvicorn_config
 
         settings = Settings(database_url=self.database_url, workers=self.workers, api_tokens=self.api_tokens,
-                            ask_wait_seconds=self.ask_wait_seconds)
-        config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=self.port, log_level="warning",
-                                lifespan="on")
+                            ask_wait_seconds=self.ask_wait_seconds, **self.settings)
+        config = uvicorn_config(create_app(settings), settings, "127.0.0.1", self.port, log_level="warning")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
         self._thread.start()

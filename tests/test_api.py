@@ -68,7 +68,8 @@ def wait_fitted(http: httpx.Client, sid: int, n: int, timeout: float = 60.0) -> 
 
 # ------------------------------------------------------------------ studies
 def test_health(http: httpx.Client) -> None:
-    assert http.get("/healthz").json() == {"status": "ok"}
+    assert http.get("/healthz").json() == {"status": "ok", "database": "ok"}
+    assert http.get("/livez").json() == {"status": "ok"}
 
 
 def test_create_is_idempotent_and_conflicts_on_a_different_definition(http: httpx.Client) -> None:

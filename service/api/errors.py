@@ -1,7 +1,8 @@
 """Every error leaves as ``{"error": {"code", "message", "field"}}`` with the right status.
 
-Bad input is the caller's mistake (4xx naming the field); an unexpected
-exception is logged with its traceback and answered 500 without internals.
+Bad input is the caller's mistake (4xx naming the field); an unreachable
+database answers 503 with Retry-After; an unexpected exception is answered
+500 without internals by ``middleware.CatchAll``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from ..engine.errors import FieldError
 from ..errors import ServiceError
@@ -20,7 +22,7 @@ from ..errors import ServiceError
 log = logging.getLogger("calibo.api")
 
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-               405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
+               405: "method_not_allowed", 408: "timeout", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
                422: "invalid_request", 429: "too_many_requests", 503: "unavailable"}
 
 
@@ -30,17 +32,33 @@ def error_response(status: int, code: str, message: str, field: str | None = Non
                         headers=headers)
 
 
-def _field(loc: tuple[Any, ...]) -> str | None:
+_PARAM_TAGS = frozenset({"float", "int", "categorical", "ordinal"})
+
+
+def _field(loc: tuple[Any, ...], kind: str = "") -> str | None:
+    """The dotted field of a validation error, as the engine would name it.
+
+    ``space.x.categorical.choices`` (pydantic names the union member it tried)
+    becomes ``space.x.choices``; an unknown or missing ``type`` tag is ``space.x.type``.
+    """
     parts = [str(p) for p in loc]
     if parts and parts[0] in ("body", "query", "path", "header"):
         parts = parts[1:]
+    if len(parts) >= 3 and parts[0] == "space" and parts[2] in _PARAM_TAGS:
+        del parts[2]
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        parts.append("type")
     return ".".join(parts) or None
 
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
-    async def _service(_: Request, e: ServiceError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else None
+    async def _service(request: Request, e: ServiceError) -> JSONResponse:
+        headers = None
+        if e.status == 401:
+            headers = {"WWW-Authenticate": "Bearer"}
+        elif e.status == 503:
+            headers = {"Retry-After": str(request.app.state.settings.retry_after_seconds)}
         return error_response(e.status, e.code, e.message, e.field, headers)
 
     @app.exception_handler(FieldError)
@@ -54,7 +72,7 @@ def install(app: FastAPI) -> None:
         if first.get("type") == "json_invalid":
             return error_response(400, "malformed_json", f"the body is not valid JSON: {first.get('msg')}",
                                   "body")
-        field = _field(tuple(first.get("loc", ())))
+        field = _field(tuple(first.get("loc", ())), str(first.get("type", "")))
         msg = str(first.get("msg", "invalid request"))
         if len(errs) > 1:
             msg += f" (and {len(errs) - 1} more)"
@@ -63,11 +81,21 @@ def install(app: FastAPI) -> None:
         return error_response(422, "invalid_request", msg, field)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(e.status_code, "error")
-        return error_response(e.status_code, code, str(e.detail), None, getattr(e, "headers", None))
+        headers = dict(getattr(e, "headers", None) or {})
+        if e.status_code == 405:  # the router names one route's methods; a path may have several routes
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        field = {408: "body", 413: "body"}.get(e.status_code)
+        return error_response(e.status_code, code, str(e.detail), field, headers or None)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, e: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, "internal", "internal server error; the server log has the details")
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route answers on the request's path (asked of the routes themselves, so
+    routers included with a prefix count too)."""
+    methods = set()
+    for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in request.app.router.routes):
+            methods.add(method)
+    return sorted(methods)

@@ -9,14 +9,18 @@ import json
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response, Security
+from fastapi.security import HTTPBearer
 
-from ..errors import Forbidden, Unauthorized
 from ..studies import StudyService, trial_view
 from . import schemas as S
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    s: {"model": S.ErrorBody} for s in (400, 401, 403, 404, 409, 422)
+    s: {"model": S.ErrorBody, "description": d} for s, d in (
+        (400, "malformed request (JSON, Content-Length)"), (401, "no valid token (when auth is on)"),
+        (403, "a read token writing"), (404, "unknown study or trial"), (408, "the body came too slowly"),
+        (409, "conflict"), (413, "the body is too large"), (422, "a field is invalid: `field` names it"),
+        (503, "the database is unreachable: retry after `Retry-After` seconds"))
 }
 
 StudyId = Annotated[int, Path(ge=1, le=2**31 - 1, description="the study's id")]
@@ -43,42 +47,34 @@ async def service(request: Request) -> StudyService:
 Svc = Annotated[StudyService, Depends(service)]
 
 
-async def authorize(request: Request) -> None:
-    """Bearer tokens from CALIBO_API_TOKENS: any valid token reads, ``write`` tokens also write.
+# Auth is enforced by api.middleware.BearerAuth before a body is read; this only documents it.
+bearer = HTTPBearer(auto_error=False, description="CALIBO_API_TOKENS: any token reads; write tokens write")
 
-    Dependencies are coroutines: a plain function would cost a thread hand-off per request.
-    """
-    tokens: dict[str, str] = request.app.state.tokens
-    if not tokens:
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthorized("an Authorization: Bearer <token> header is required", field="authorization")
-    role = tokens.get(token.strip())
-    if role is None:
-        raise Unauthorized("invalid token", field="authorization")
-    if request.method not in ("GET", "HEAD", "OPTIONS") and role != "write":
-        raise Forbidden("this token may only read", field="authorization")
-
-
-router = APIRouter(prefix="/v1", dependencies=[Depends(authorize)], responses=ERRORS)
+router = APIRouter(prefix="/v1", dependencies=[Security(bearer)], responses=ERRORS)
 
 
 @router.post("/studies", status_code=201, response_model=S.StudyView, tags=["studies"],
              summary="Create a study (idempotent: an identical definition answers 200)",
              responses={200: {"model": S.StudyView, "description": "the identical study already exists"}})
 def create_study(body: S.StudyCreate, response: Response, svc: Svc) -> dict[str, Any]:
-    info, created = svc.create(body.name, body.space, body.direction, body.surrogate, body.acquisition,
-                               body.seed, body.settings)
+    info, created = svc.create(body.name, body.plain_space(), body.direction, body.surrogate, body.acquisition,
+                               body.seed, body.plain_settings())
     if not created:
         response.status_code = 200
     return svc.view(info)
 
 
-@router.get("/studies", response_model=S.StudyList, tags=["studies"], summary="List studies")
-def list_studies(svc: Svc) -> dict[str, Any]:
-    return {"studies": [svc.view(i) for i in svc.storage.list_studies()]}
+@router.get("/studies", response_model=S.StudyPage, tags=["studies"], summary="A page of studies, by id",
+            description="Summaries (no space or settings): GET /v1/studies/{id} has the whole view.")
+def list_studies(
+    svc: Svc,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+    name: Annotated[str | None, Query(min_length=1, max_length=S.MAX_NAME, description="only the study of this name")]
+    = None,
+) -> dict[str, Any]:
+    infos, total = svc.storage.list_studies(limit, offset, name)
+    return {"studies": [svc.summary(i) for i in infos], "total": total, "limit": limit, "offset": offset}
 
 
 @router.get("/studies/{study_id}", response_model=S.StudyView, tags=["studies"],
@@ -97,9 +93,15 @@ def delete_study(study_id: StudyId, svc: Svc) -> Response:
              summary="Suggest configurations to evaluate",
              description="Distinct configurations, none observed or running. Each comes with the "
              "calibrated prediction it was chosen on (null during the warm start).")
-async def ask(study_id: StudyId, svc: Svc, body: Annotated[S.AskRequest | None, Body()] = None) -> Response:
+async def ask(
+    study_id: StudyId, svc: Svc, body: Annotated[S.AskRequest | None, Body()] = None,
+    idempotency_key: Annotated[str | None, Header(
+        alias="Idempotency-Key", pattern=S.IDEMPOTENCY_KEY,
+        description="makes the ask safe to retry: an ask with a key already used on this study answers "
+        "the trials that key created (whatever their state now) instead of new ones")] = None,
+) -> Response:
     body = body or S.AskRequest()
-    return fast_json({"trials": await svc.ask(study_id, body.count, body.worker_id)})
+    return fast_json({"trials": await svc.ask(study_id, body.count, body.worker_id, idempotency_key)})
 
 
 @router.post("/studies/{study_id}/trials/{trial_id}/tell", response_model=S.TrialView, tags=["trials"],
@@ -112,9 +114,12 @@ async def tell(study_id: StudyId, trial_id: TrialId, body: S.TellRequest, svc: S
 
 
 @router.post("/studies/{study_id}/trials/{trial_id}/heartbeat", status_code=204, tags=["trials"],
-             summary="Mark a running trial alive")
+             summary="Mark a running trial alive",
+             description="A trial silent for longer than its study's heartbeat timeout has expired: the "
+             "heartbeat answers 409 `trial_expired` and the trial is failed, but a tell of it is still "
+             "recorded. A finished trial answers 409 `trial_finished`.")
 def heartbeat(study_id: StudyId, trial_id: TrialId, svc: Svc) -> Response:
-    svc.storage.heartbeat(study_id, trial_id)
+    svc.heartbeat(study_id, trial_id)
     return Response(status_code=204)
 
 

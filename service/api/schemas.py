@@ -1,17 +1,90 @@
-"""The wire contract (v1) as pydantic models: every request and answer body, in one place."""
+"""The wire contract (v1) as pydantic models: every request and answer body, in one place.
+
+Request models say in their JSON Schema exactly what the server accepts:
+every size and number is bounded (the engine's bounds come from
+``service.engine.limits``), integers are JSON integers (``1.0`` is one,
+``"1"`` and ``true`` are not), floats are finite JSON numbers, and names are
+strings without control characters.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    create_model,
+)
+
+from ..engine.acquisition import ACQUISITIONS
+from ..engine.adaptive import ADAPTERS
+from ..engine.limits import (
+    INT_SETTINGS,
+    MAX_CHOICE_TEXT,
+    MAX_CHOICES,
+    MAX_PARAM_NAME,
+    MAX_PARAMS,
+    OPEN_RANGES,
+    SETTING_RANGES,
+    SURROGATE_OPTIONS,
+    bad_text,
+)
+from ..engine.optimizer import CONFORMAL_MODES
+from ..engine.surrogates import SURROGATES
+from ..studies import SERVICE_SETTINGS
 
 Direction = Literal["minimize", "maximize"]
 TrialState = Literal["running", "complete", "failed", "pruned"]
 
 BRANIN_SPACE = {"x1": {"type": "float", "low": -5, "high": 10},
                 "x2": {"type": "float", "low": 0, "high": 15}}
+
+# what a name may not contain, for the JSON Schema (the validator also refuses unpaired surrogates)
+NO_CONTROL = r"^[^\x00-\x1f\x7f-\x9f]*$"
+MAX_NAME = 255  # study names and worker ids
+IDEMPOTENCY_KEY = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+def _integral(v: Any) -> Any:
+    """A JSON integer: an int, or a float with no fraction (JSON Schema's reading); not str or bool."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError("must be an integer")
+    if isinstance(v, float):
+        if not v.is_integer():
+            raise ValueError("must be an integer")
+        return int(v)
+    return v
+
+
+def _text(v: Any) -> Any:
+    if isinstance(v, str):
+        why = bad_text(v)
+        if why is not None:
+            raise ValueError(why)
+    return v
+
+
+def json_int(**bounds: Any) -> Any:
+    """A JSON integer within ``bounds`` (ge/le/gt/lt); bounds must come before the validator for the
+    JSON Schema to show them as minimum/maximum."""
+    return Annotated[StrictInt, Field(**bounds), BeforeValidator(_integral)]
+
+
+JsonInt = json_int()
+Real = Annotated[StrictFloat, Field(allow_inf_nan=False)]
+Name = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME, pattern=NO_CONTROL), BeforeValidator(_text)]
+ParamName = Annotated[str, Field(min_length=1, max_length=MAX_PARAM_NAME, pattern=NO_CONTROL),
+                      BeforeValidator(_text)]
+Choice = (Annotated[StrictStr, Field(max_length=MAX_CHOICE_TEXT, pattern=NO_CONTROL), BeforeValidator(_text)]
+          | Real | JsonInt | StrictBool | None)
 
 
 class _Request(BaseModel):
@@ -29,25 +102,99 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+# ----------------------------------------------------------------- space
+class FloatParam(_Request):
+    type: Literal["float"]
+    low: Real
+    high: Real = Field(description="greater than low; the range must be a finite number")
+    log: StrictBool = Field(False, description="sample on a log scale (low > 0)")
+
+
+class IntParam(_Request):
+    type: Literal["int"]
+    low: JsonInt
+    high: JsonInt = Field(description="greater than low")
+    log: StrictBool = Field(False, description="sample on a log scale (low > 0)")
+
+
+class CategoricalParam(_Request):
+    type: Literal["categorical"]
+    choices: list[Choice] = Field(min_length=1, max_length=MAX_CHOICES, description="distinct values")
+
+
+class OrdinalParam(_Request):
+    type: Literal["ordinal"]
+    choices: list[Choice] = Field(min_length=1, max_length=MAX_CHOICES, description="distinct values, in order")
+
+
+ParamSpec = Annotated[FloatParam | IntParam | CategoricalParam | OrdinalParam, Field(discriminator="type")]
+PARAM_TYPES = ("float", "int", "categorical", "ordinal")
+
+
 # --------------------------------------------------------------- studies
+def _bounded(name: str, kind: Any, lo: float, hi: float, open_lo: bool = False, open_hi: bool = False,
+             what: str = "") -> tuple[Any, Any]:
+    bounds = {"gt" if open_lo else "ge": lo, "lt" if open_hi else "le": hi}
+    typ = json_int(**bounds) if kind is JsonInt else Annotated[kind, Field(**bounds)]
+    return typ | None, Field(None, description=what or None)
+
+
+def _option(key: str) -> tuple[Any, Any]:
+    """An option as the schema shows it: the widest range of the surrogates that take it."""
+    takers = {n: o[key] for n, o in SURROGATE_OPTIONS.items() if key in o}
+    kind = next(iter(takers.values()))[0]
+    lo, hi = min(r[1] for r in takers.values()), max(r[2] for r in takers.values())
+    what = "; ".join(f"{n}: [{r[1]:g}, {r[2]:g}]" for n, r in takers.items())
+    return _bounded(key, JsonInt if kind == "int" else Real, lo, hi, what=what)
+
+
+SurrogateOptions = create_model(
+    "SurrogateOptions", __config__=ConfigDict(extra="forbid"),
+    __doc__="options of the study's surrogate (each only for the surrogates its description names)",
+    **{key: _option(key) for opts in SURROGATE_OPTIONS.values() for key in opts},
+)
+
+StudySettings = create_model(
+    "StudySettings", __config__=ConfigDict(extra="forbid"),
+    __doc__="engine and service settings; null or absent means the default (see the study view)",
+    adapter=(Literal[ADAPTERS] | None, Field(None, description="dtaci (default), aci or none")),  # type: ignore[valid-type]
+    conformal=(Literal[CONFORMAL_MODES] | None, Field(None, description="adaptive (default), split, cv+ or raw")),  # type: ignore[valid-type]
+    levels=(Annotated[list[Real], Field(min_length=2, max_length=int(SETTING_RANGES["n_levels"][1]))] | None,
+            Field(None, description="explicit quantile levels: even count, increasing, symmetric about 0.5, "
+                  "inside (0, 1); replaces n_levels")),
+    ucb_pair=_bounded("ucb_pair", JsonInt, 0, int(SETTING_RANGES["n_levels"][1]) // 2 - 1,
+                      what="interval pair UCB reads (0: the widest); below n_levels / 2"),
+    surrogate_options=(SurrogateOptions | None, None),
+    **{name: _bounded(name, JsonInt if name in INT_SETTINGS else Real, lo, hi, *OPEN_RANGES.get(name, (False, False)))
+       for name, (lo, hi) in SETTING_RANGES.items()},
+    ask_wait_seconds=_bounded("ask_wait_seconds", Real, *SERVICE_SETTINGS["ask_wait_seconds"],
+                              what="how long an ask by a sequential user may wait for a fit covering the "
+                              "latest tells (default: the server's)"),
+    heartbeat_timeout_seconds=_bounded("heartbeat_timeout_seconds", Real, *SERVICE_SETTINGS["heartbeat_timeout_seconds"],
+                                       what="running trials silent for longer are failed (default: the "
+                                       "server's); a late tell is still recorded"),
+)
+
+
 class StudyCreate(_Request):
-    name: str = Field(min_length=1, max_length=255, examples=["branin-demo"])
-    space: dict[str, Any] = Field(
-        description='{"name": {"type": "float"|"int"|"categorical"|"ordinal", "low", "high", "log", "choices"}}',
+    name: Name = Field(examples=["branin-demo"])
+    space: dict[ParamName, ParamSpec] = Field(
+        min_length=1, max_length=MAX_PARAMS,
+        description=f"1 to {MAX_PARAMS} parameters; at most {MAX_CHOICES} choices each and 2048 encoded "
+        "features in all (numeric parameters plus every categorical choice)",
         examples=[BRANIN_SPACE],
     )
     direction: Direction = "minimize"
-    surrogate: str | None = Field(None, description="qgp (default), qgbm, qrf, ql, qe")
-    acquisition: str | None = Field(None, description="pi (default), ei, ucb, ts, obs, mean")
-    seed: StrictInt | None = Field(None, ge=0, le=2**32 - 1, description="default: derived from the name")
-    settings: dict[str, Any] = Field(
-        default_factory=dict,
-        description="engine settings (n_warmup, n_candidates, adapter, conformal, n_levels, levels, ...) and "
-        "service settings: ask_wait_seconds (how long an ask by a sequential user may wait for a fit "
-        "covering the latest tells), heartbeat_timeout_seconds (running trials silent for longer are "
-        "failed)",
-        examples=[{"n_warmup": 10, "ask_wait_seconds": 2.0}],
-    )
+    surrogate: Literal[tuple(SURROGATES)] | None = Field(None, description="qgp (default), qgbm, qrf, ql, qe")  # type: ignore[valid-type]
+    acquisition: Literal[ACQUISITIONS] | None = Field(None, description="pi (default), ei, ucb, ts, obs, mean")  # type: ignore[valid-type]
+    seed: json_int(ge=0, le=2**32 - 1) | None = Field(None, description="default: derived from the name")
+    settings: StudySettings = Field(default_factory=StudySettings, examples=[{"n_warmup": 10, "ask_wait_seconds": 2.0}])  # type: ignore[valid-type]
+
+    def plain_space(self) -> dict[str, Any]:
+        return {k: v.model_dump(exclude_unset=True) for k, v in self.space.items()}
+
+    def plain_settings(self) -> dict[str, Any]:
+        return self.settings.model_dump(exclude_none=True)
 
 
 class TrialCounts(BaseModel):
@@ -105,14 +252,34 @@ class StudyView(BaseModel):
     adaptive: AdaptiveSummary
 
 
-class StudyList(BaseModel):
-    studies: list[StudyView]
+class StudySummary(BaseModel):
+    """A study as listings show it: GET /v1/studies/{id} has the whole view."""
+
+    id: int
+    name: str
+    direction: Direction
+    seed: int
+    surrogate: str
+    acquisition: str
+    created_at: datetime
+    trials: TrialCounts
+    best_trial: BestTrial | None
+
+
+class StudyPage(BaseModel):
+    studies: list[StudySummary]
+    total: int = Field(description="studies matching the query")
+    limit: int
+    offset: int
 
 
 # ---------------------------------------------------------------- trials
+MAX_COUNT = 256
+
+
 class AskRequest(_Request):
-    count: StrictInt = Field(1, ge=1, le=256, description="how many configurations (distinct, kept apart)")
-    worker_id: str | None = Field(None, max_length=255, examples=["gpu-node-3/pid-4121"])
+    count: json_int(ge=1, le=MAX_COUNT) = Field(1, description="how many configurations (distinct, kept apart)")
+    worker_id: Name | None = Field(None, examples=["gpu-node-3/pid-4121"])
 
 
 class AskedTrial(BaseModel):
@@ -130,7 +297,7 @@ class AskResponse(BaseModel):
 
 
 class TellRequest(_Request):
-    value: StrictFloat | None = Field(None, allow_inf_nan=False, examples=[0.3979])
+    value: Real | None = Field(None, examples=[0.3979])
     state: Literal["complete", "failed", "pruned"] | None = Field(
         None, description="default complete (needs value); failed or pruned"
     )
@@ -158,4 +325,6 @@ class TrialPage(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "unavailable"]
+    database: Literal["ok", "down"] | None = Field(
+        None, description="readiness: whether the database answered (checked at most once a second)")

@@ -30,6 +30,7 @@ from .conformal import (
     schedule,
 )
 from .errors import ConfigError
+from .limits import SETTING_RANGES, check_setting, check_surrogate_options
 from .snapshot import Snapshot
 from .space import ParamError, SearchSpace
 from .surrogates import SURROGATES, make_surrogate
@@ -75,29 +76,24 @@ class EngineConfig:
         if self.conformal not in CONFORMAL_MODES:
             bad("conformal", f"must be one of {list(CONFORMAL_MODES)}")
         if self.levels is not None:
+            most = int(SETTING_RANGES["n_levels"][1])
+            if not isinstance(self.levels, (list, tuple)) or not 2 <= len(self.levels) <= most:
+                bad("levels", f"must be a list of 2 to {most} levels")
             try:
                 lv = check_levels(np.asarray(self.levels, dtype=float))
             except (ValueError, TypeError) as e:
                 bad("levels", str(e))
             object.__setattr__(self, "levels", tuple(float(x) for x in lv))
             object.__setattr__(self, "n_levels", len(lv))
-        if not (isinstance(self.n_levels, int) and self.n_levels >= 2 and self.n_levels % 2 == 0):
-            bad("n_levels", "must be an even integer >= 2")
-        for name, lo in (("n_warmup", 2), ("n_candidates", 1), ("top_k", 1), ("cv_folds", 2),
-                         ("conformalize_from", 4), ("split_from", 4), ("dtaci_window", 1)):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-                bad(name, f"must be an integer >= {lo}")
-        if not 0 < self.cal_fraction < 1:
-            bad("cal_fraction", "must be in (0, 1)")
-        if not 0 <= self.mutation_fraction <= 1:
-            bad("mutation_fraction", "must be in [0, 1]")
-        if not 0 < self.aci_gamma < 1:
-            bad("aci_gamma", "must be in (0, 1)")
-        if not 0 <= self.diversity < 1:
-            bad("diversity", "must be in [0, 1)")
-        if not 0 <= self.ucb_pair < self.n_levels // 2:
-            bad("ucb_pair", f"must be in [0, {self.n_levels // 2 - 1}]")
+        for name in SETTING_RANGES:
+            check_setting(name, getattr(self, name))
+        if self.n_levels % 2:
+            bad("n_levels", "must be even (the levels pair up into intervals)")
+        if not (isinstance(self.ucb_pair, int) and not isinstance(self.ucb_pair, bool)
+                and 0 <= self.ucb_pair < self.n_levels // 2):
+            bad("ucb_pair", f"must be an integer in [0, {self.n_levels // 2 - 1}]")
+        object.__setattr__(self, "surrogate_options",
+                           check_surrogate_options(self.surrogate, self.surrogate_options))
 
     @property
     def level_grid(self) -> np.ndarray:

@@ -23,6 +23,14 @@ import numpy as np
 from scipy.stats import qmc
 
 from .errors import ParamError, SpaceError
+from .limits import (
+    MAX_CHOICE_TEXT,
+    MAX_CHOICES,
+    MAX_FEATURES,
+    MAX_PARAM_NAME,
+    MAX_PARAMS,
+    check_text,
+)
 
 PARAM_TYPES = ("float", "int", "categorical", "ordinal")
 __all__ = ["PARAM_TYPES", "Param", "ParamError", "SearchSpace", "SpaceError"]
@@ -62,9 +70,13 @@ class Param:
     # ----------------------------------------------------------------- build
     @classmethod
     def from_dict(cls, name: str, d: Any) -> Param:
-        where = f"space.{name}"
         if not isinstance(name, str) or not name:
             raise SpaceError("space", "parameter names must be non-empty strings")
+        try:
+            check_text(name, "space", MAX_PARAM_NAME)
+        except SpaceError as e:
+            raise SpaceError("space", f"parameter name {name[:40]!r}: {e.message}") from None
+        where = f"space.{name}"
         if not isinstance(d, dict):
             raise SpaceError(where, "must be an object with a 'type'")
         unknown = set(d) - {"type", "low", "high", "log", "choices"}
@@ -101,7 +113,11 @@ class Param:
         choices = d.get("choices")
         if not isinstance(choices, (list, tuple)) or len(choices) == 0:
             raise SpaceError(f"{where}.choices", "must be a non-empty list")
+        if len(choices) > MAX_CHOICES:
+            raise SpaceError(f"{where}.choices", f"at most {MAX_CHOICES} choices (got {len(choices)})")
         for c in choices:
+            if isinstance(c, str):
+                check_text(c, f"{where}.choices", MAX_CHOICE_TEXT, allow_empty=True, error=SpaceError)
             if not (isinstance(c, (str, bool)) or c is None or _is_number(c)):
                 raise SpaceError(f"{where}.choices", "choices must be strings, numbers, booleans or null")
             if _is_number(c) and _as_float(c) is None:
@@ -218,7 +234,13 @@ class SearchSpace:
             return d
         if not isinstance(d, dict) or not d:
             raise SpaceError("space", "must be a non-empty object of parameters")
-        return cls(tuple(Param.from_dict(name, spec) for name, spec in d.items()))
+        if len(d) > MAX_PARAMS:
+            raise SpaceError("space", f"at most {MAX_PARAMS} parameters (got {len(d)})")
+        space = cls(tuple(Param.from_dict(name, spec) for name, spec in d.items()))
+        if space.n_features > MAX_FEATURES:
+            raise SpaceError("space", f"at most {MAX_FEATURES} encoded features: numeric parameters plus "
+                                      f"every categorical choice (got {space.n_features})")
+        return space
 
     def to_dict(self) -> dict[str, Any]:
         return {p.name: p.to_dict() for p in self.params}

@@ -2,9 +2,10 @@
 
 from .db import make_engine, upgrade, write_engine
 from .models import FINISHED_STATES, TRIAL_STATES, SnapshotRow, StudyRow, TrialRow
-from .repo import FitInputs, Storage, StudyInfo, StudyTx, as_utc, now
+from .repo import EXPIRED, FitInputs, Storage, StudyInfo, StudyTx, as_utc, expired, now
 
 __all__ = [
+    "EXPIRED",
     "FINISHED_STATES",
     "TRIAL_STATES",
     "FitInputs",
@@ -15,6 +16,7 @@ __all__ = [
     "StudyTx",
     "TrialRow",
     "as_utc",
+    "expired",
     "make_engine",
     "now",
     "upgrade",

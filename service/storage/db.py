@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, exc, text
 from sqlalchemy.engine import make_url
 
 log = logging.getLogger("calibo.storage")
@@ -14,7 +14,7 @@ log = logging.getLogger("calibo.storage")
 _MIGRATION_LOCK = 0x0CA11B0
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
+def make_engine(url: str, *, connect_timeout: float = 5.0, **kwargs: Any) -> Engine:
     """An engine for ``url`` with calibo's connection settings.
 
     SQLite: WAL journal (readers never block the writer), ``synchronous=NORMAL``
@@ -22,6 +22,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     transactions begun by us so that writers can ask for ``BEGIN IMMEDIATE``
     (see :func:`write_engine`): the write lock is then taken at the start, which
     serialises read-modify-write sequences across threads and processes.
+    PostgreSQL: connections that fail to open within ``connect_timeout`` seconds
+    raise, and pooled ones are pinged before use (a restarted server is reconnected).
     """
     u = make_url(url)
     if u.get_backend_name() == "sqlite":
@@ -44,10 +46,29 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             conn.exec_driver_sql("BEGIN " + conn.get_execution_options().get("sqlite_begin", "DEFERRED"))
 
         return engine
+    # an unreachable server fails a request in seconds (then 503), not after the OS's TCP timeout
+    kwargs.setdefault("connect_args", {"connect_timeout": max(1, round(connect_timeout))})
     kwargs.setdefault("pool_size", 20)
     kwargs.setdefault("max_overflow", 20)
     kwargs.setdefault("pool_pre_ping", True)
     return create_engine(url, **kwargs)
+
+
+def unreachable(e: BaseException) -> bool:
+    """Whether ``e`` says the database could not be reached or dropped the connection.
+
+    Such a failure is the database's, not the request's: the same request may
+    work once it is back. Constraint violations, bad SQL and the like are not.
+    """
+    if isinstance(e, (exc.OperationalError, exc.InterfaceError, exc.TimeoutError)):
+        return True  # refused, terminated, "does not allow connections", pool exhausted, SQLite locked
+    if isinstance(e, exc.DBAPIError) and e.connection_invalidated:
+        return True
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - SQLite-only installs
+        return False
+    return isinstance(e, (psycopg.OperationalError, psycopg.InterfaceError))
 
 
 def write_engine(engine: Engine) -> Engine:

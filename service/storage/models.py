@@ -64,6 +64,7 @@ class TrialRow(Base):
         UniqueConstraint("study_id", "number", name="uq_trials_study_number"),
         Index("ix_trials_study_state", "study_id", "state"),
         Index("ix_trials_study_finish_seq", "study_id", "finish_seq"),
+        Index("ix_trials_study_ask_key", "study_id", "ask_key"),
         {"sqlite_autoincrement": True},
     )
 
@@ -72,12 +73,13 @@ class TrialRow(Base):
     number: Mapped[int] = mapped_column(Integer)
     state: Mapped[str] = mapped_column(String(16))
     params: Mapped[dict[str, Any]] = mapped_column(Json)
-    ukey: Mapped[str] = mapped_column(String(512))  # hex of the engine's configuration key
+    ukey: Mapped[str] = mapped_column(Text)  # hex of the engine's configuration key (16 per parameter)
     value: Mapped[float | None] = mapped_column(Double, nullable=True)
     prediction: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
     points: Mapped[bytes | None] = mapped_column(Blob, nullable=True)  # conformal point sets, for adapt
     record: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # adapt's calibration record
     worker_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    ask_key: Mapped[str | None] = mapped_column(String(64), nullable=True)  # Idempotency-Key of its ask
     snapshot_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     asked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

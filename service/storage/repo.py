@@ -16,20 +16,42 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, insert, select, update
+from sqlalchemy import Engine, delete, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, defer
 
-from ..errors import Conflict, NotFound
-from .db import make_engine, upgrade, write_engine
+from ..errors import Conflict, NotFound, Unavailable
+from ..logs import Throttled, one_line
+from .db import make_engine, unreachable, upgrade, write_engine
 from .models import FINISHED_STATES, TRIAL_STATES, SnapshotRow, StudyRow, TrialRow
 
 log = logging.getLogger("calibo.storage")
 
 SNAPSHOTS_KEPT = 3  # newest snapshots per study; older ones are deleted when a fit lands
+EXPIRED = "heartbeat timeout"  # the ``reason`` recorded on a running trial failed for silence
+
+
+def expired(trial: TrialRow) -> bool:
+    """Failed by the service because its worker fell silent, not told by anyone."""
+    return trial.state == "failed" and (trial.record or {}).get("reason") == EXPIRED
+
+
+_outages = Throttled(log)
+
+
+@contextmanager
+def _reachable() -> Iterator[None]:
+    """Turn "the database is unreachable" into Unavailable (503), logged once per kind per interval."""
+    try:
+        yield
+    except Exception as e:
+        if not unreachable(e):
+            raise
+        _outages.log(logging.WARNING, type(e).__name__, "database unreachable: %s", one_line(e))
+        raise Unavailable("the database is unreachable; retry after the Retry-After delay") from e
 
 
 def now() -> datetime:
@@ -124,6 +146,15 @@ class StudyTx:
         q = select(TrialRow).where(TrialRow.study_id == self.study.id, TrialRow.id.in_(set(trial_ids)))
         return {t.id: t for t in self.session.scalars(q)}
 
+    def asked_with(self, keys: Sequence[str]) -> dict[str, list[TrialRow]]:
+        """The trials that earlier asks with these idempotency keys created, by key and number."""
+        q = (select(TrialRow).where(TrialRow.study_id == self.study.id, TrialRow.ask_key.in_(set(keys)))
+             .order_by(TrialRow.number))
+        out: dict[str, list[TrialRow]] = {}
+        for t in self.session.scalars(q):
+            out.setdefault(t.ask_key, []).append(t)
+        return out
+
     def trial(self, trial_id: int) -> TrialRow:
         t = self.session.scalar(
             select(TrialRow).where(TrialRow.id == trial_id, TrialRow.study_id == self.study.id)
@@ -137,7 +168,7 @@ class StudyTx:
         """Record new running trials, numbered densely from the study's counter; their ids and numbers.
 
         Each spec has ``params``, ``ukey`` and optionally ``prediction``, ``points``,
-        ``snapshot_version`` and ``worker_id``.
+        ``snapshot_version``, ``worker_id`` and ``ask_key``.
         """
         if not trials:
             return []
@@ -147,7 +178,7 @@ class StudyTx:
             "study_id": self.study.id, "number": first + i, "state": "running", "params": spec["params"],
             "ukey": spec["ukey"], "prediction": spec.get("prediction"), "points": spec.get("points"),
             "snapshot_version": spec.get("snapshot_version"), "worker_id": spec.get("worker_id"), "asked_at": t0,
-            "heartbeat_at": t0,
+            "heartbeat_at": t0, "ask_key": spec.get("ask_key"),
         } for i, spec in enumerate(trials)]
         self.study.next_number = first + len(rows)
         ids = {n: i for i, n in self.session.execute(
@@ -178,16 +209,18 @@ class StudyTx:
         stale = {t.id for t in trials if as_utc(t.heartbeat_at or t.asked_at) < cutoff}
         if stale:
             for row in self.trials(list(stale)).values():
-                self.finish(row, "failed", None, {"reason": "heartbeat timeout"})
-            log.info("study %s: failed %d trials without heartbeat", self.study.id, len(stale))
+                if row.state == "running":
+                    self.finish(row, "failed", None, {"reason": EXPIRED})
+            log.info("study %s: failed %d running trials whose heartbeats stopped", self.study.id, len(stale))
         return [t for t in trials if t.id not in stale]
 
 
 class Storage:
     """The service's database. Thread-safe; one per process."""
 
-    def __init__(self, url: str, *, migrate: bool = True, engine: Engine | None = None) -> None:
-        self.engine = engine if engine is not None else make_engine(url)
+    def __init__(self, url: str, *, migrate: bool = True, engine: Engine | None = None,
+                 connect_timeout: float = 5.0) -> None:
+        self.engine = engine if engine is not None else make_engine(url, connect_timeout=connect_timeout)
         self.wengine = write_engine(self.engine)
         self.dialect = self.engine.dialect.name
         self._sqlite_writer = threading.Lock() if self.dialect == "sqlite" else None
@@ -198,8 +231,10 @@ class Storage:
         self.engine.dispose()
 
     # ------------------------------------------------------------ sessions
-    def _read(self) -> Session:
-        return Session(self.engine, expire_on_commit=False)
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with _reachable(), Session(self.engine, expire_on_commit=False) as s:
+            yield s
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
@@ -207,11 +242,16 @@ class Storage:
         if lock is not None:
             lock.acquire()
         try:
-            with Session(self.wengine, expire_on_commit=False) as s, s.begin():
+            with _reachable(), Session(self.wengine, expire_on_commit=False) as s, s.begin():
                 yield s
         finally:
             if lock is not None:
                 lock.release()
+
+    def ping(self) -> None:
+        """Raise Unavailable unless the database answers a trivial query."""
+        with self._read() as s:
+            s.execute(text("SELECT 1"))
 
     @contextmanager
     def locked(self, study_id: int) -> Iterator[StudyTx]:
@@ -285,10 +325,14 @@ class Storage:
                 info.fit_seconds, info.fit_method = snap
             return info
 
-    def list_studies(self) -> list[StudyInfo]:
+    def list_studies(self, limit: int = 100, offset: int = 0, name: str | None = None
+                     ) -> tuple[list[StudyInfo], int]:
+        """A page of studies by id (optionally only the one named ``name``), and how many there are."""
         with self._read() as s:
-            rows = list(s.scalars(select(StudyRow).order_by(StudyRow.id)))
-            counts = self._counts(s)
+            where = [StudyRow.name == name] if name is not None else []
+            total = s.scalar(select(func.count()).select_from(StudyRow).where(*where)) or 0
+            rows = list(s.scalars(select(StudyRow).where(*where).order_by(StudyRow.id).limit(limit).offset(offset)))
+            counts = self._counts(s, [r.id for r in rows])
             best_ids = [r.best_trial_id for r in rows if r.best_trial_id is not None]
             best = {t.id: t for t in s.scalars(select(TrialRow).where(TrialRow.id.in_(best_ids)))} if best_ids else {}
             out = []
@@ -298,7 +342,7 @@ class Storage:
                 if t is not None:
                     info.best_trial = {"id": t.id, "number": t.number, "params": t.params, "value": t.value}
                 out.append(info)
-            return out
+            return out, int(total)
 
     def definition(self, study_id: int) -> dict[str, Any]:
         with self._read() as s:
@@ -349,18 +393,51 @@ class Storage:
                 raise NotFound(f"trial {trial_id} not found in study {study_id}", field="trial_id")
             return t
 
-    def heartbeat(self, study_id: int, trial_id: int) -> None:
+    def heartbeat(self, study_id: int, trial_id: int, timeout: float) -> None:
+        """Mark a running trial alive, unless it was silent for longer than ``timeout`` seconds.
+
+        The rule for a late heartbeat: the trial has expired. It is failed (if
+        the reaper has not done so yet) and the heartbeat answers Conflict
+        ``trial_expired``; a tell of it is still recorded (see ``expired``).
+        """
+        t0 = now()
+        cutoff = t0 - timedelta(seconds=timeout)
         with self._write() as s:
             res = s.execute(update(TrialRow)
                             .where(TrialRow.id == trial_id, TrialRow.study_id == study_id,
-                                   TrialRow.state == "running")
-                            .values(heartbeat_at=now()))
-            if res.rowcount == 0:
-                t = s.scalar(select(TrialRow.state).where(TrialRow.id == trial_id,
-                                                          TrialRow.study_id == study_id))
-                if t is None:
-                    raise NotFound(f"trial {trial_id} not found in study {study_id}", field="trial_id")
-                raise Conflict(f"trial {trial_id} is already {t}", field="trial_id", code="trial_finished")
+                                   TrialRow.state == "running", TrialRow.heartbeat_at >= cutoff)
+                            .values(heartbeat_at=t0))
+            if res.rowcount:
+                return
+        with self.locked(study_id) as tx:
+            t = tx.trial(trial_id)
+            if t.state == "running":
+                tx.fail_stale([RunningTrial(t.id, t.number, t.params, t.asked_at, t.heartbeat_at)], cutoff)
+            if t.state == "running":  # a heartbeat raced this one and found it alive
+                t.heartbeat_at = t0
+                return
+        if expired(t):
+            raise Conflict(f"trial {trial_id} expired: no heartbeat for over {timeout:g} s; its result "
+                           "can still be told", field="trial_id", code="trial_expired")
+        raise Conflict(f"trial {trial_id} is already {t.state}", field="trial_id", code="trial_finished")
+
+    def oldest_heartbeats(self) -> dict[int, datetime]:
+        """For every study with running trials, the oldest last sign of life among them."""
+        with self._read() as s:
+            # per study, so the (study_id, state) index answers rather than a scan of every trial
+            oldest = (select(func.min(TrialRow.heartbeat_at))
+                      .where(TrialRow.study_id == StudyRow.id, TrialRow.state == "running")
+                      .scalar_subquery())
+            return {sid: as_utc(t) for sid, t in s.execute(select(StudyRow.id, oldest)) if t is not None}
+
+    def reap(self, study_id: int, cutoff: datetime) -> int:
+        """Fail the study's running trials silent since before ``cutoff``; how many."""
+        try:
+            with self.locked(study_id) as tx:
+                running = tx.running_trials()
+                return len(running) - len(tx.fail_stale(running, cutoff))
+        except NotFound:
+            return 0  # deleted meanwhile
 
     def calibration_rows(self, study_id: int) -> list[tuple[int, int, dict[str, Any], dict[str, Any]]]:
         """``(trial id, number, params, record)`` of completed trials that had a prediction."""
@@ -418,5 +495,5 @@ class Storage:
                                                             StudyRow.n_complete >= min_obs)))
 
 
-__all__ = ["FINISHED_STATES", "TRIAL_STATES", "FitInputs", "RunningTrial", "Storage", "StudyInfo", "StudyTx",
-           "as_utc", "now"]
+__all__ = ["EXPIRED", "FINISHED_STATES", "TRIAL_STATES", "FitInputs", "RunningTrial", "Storage", "StudyInfo", "StudyTx",
+           "as_utc", "expired", "now"]

@@ -25,11 +25,19 @@ from ..engine.adaptive import state_from_dict, state_to_dict
 from ..engine.errors import FieldError
 from ..engine.optimizer import check_value
 from ..errors import Conflict, InvalidRequest, NotFound
-from ..storage import Storage, StudyInfo, StudyTx, now
+from ..storage import Storage, StudyInfo, StudyTx, expired, now
 from ..workers import FitPool
 from .calibration import calibration_view
 from .definitions import StudyDef, build_definition
-from .views import pack_points, public_prediction, study_view, trial_view, unpack_points
+from .views import (
+    asked_view,
+    pack_points,
+    public_prediction,
+    study_summary,
+    study_view,
+    trial_view,
+    unpack_points,
+)
 
 
 def _same_value(a: float | None, b: float | None) -> bool:
@@ -83,6 +91,9 @@ class StudyService:
         if self.fits is not None:
             self.fits.forget(study_id)
 
+    def summary(self, info: StudyInfo) -> dict[str, Any]:
+        return study_summary(info)
+
     def view(self, info: StudyInfo) -> dict[str, Any]:
         fit = self.fits.status(info.id) if self.fits is not None else {"fitting": False, "queued": False}
         return study_view(info, self.settings.ask_wait_seconds, fit)
@@ -126,14 +137,19 @@ class StudyService:
         sd = self._defs.get(study_id)
         return sd if sd is not None else await anyio.to_thread.run_sync(self.study, study_id)
 
-    async def ask(self, study_id: int, count: int = 1, worker_id: str | None = None) -> list[dict[str, Any]]:
+    async def ask(self, study_id: int, count: int = 1, worker_id: str | None = None,
+                  key: str | None = None) -> list[dict[str, Any]]:
         """``count`` new trials; concurrent asks on one study are served as one batch (one select)
-        in the same transaction as the tells queued with them (see ``_write_batch``)."""
+        in the same transaction as the tells queued with them (see ``_write_batch``).
+
+        ``key`` (the request's Idempotency-Key) makes the ask safe to retry: an ask
+        with a key already used on the study answers the trials that key created.
+        """
         sd = await self._study_async(study_id)
         with self._active(study_id):
             if self._inflight[study_id] == 1:  # maybe a sequential user: see _maybe_wait_for_fit
                 await anyio.to_thread.run_sync(self._maybe_wait_for_fit, sd)
-            return await self._writes(study_id, ("ask", (count, worker_id)))
+            return await self._writes(study_id, ("ask", (count, worker_id, key)))
 
     @contextmanager
     def _active(self, study_id: int) -> Iterator[None]:
@@ -164,16 +180,40 @@ class StudyService:
                     out[i] = r
         return out
 
-    def _ask_in(self, tx: StudyTx, sd: StudyDef, items: list[tuple[int, str | None]]) -> list[Any]:
+    def _ask_in(self, tx: StudyTx, sd: StudyDef, items: list[tuple[int, str | None, str | None]]) -> list[Any]:
+        out: list[Any] = [None] * len(items)
+        # retried asks: answer what their key created (earlier, or earlier in this batch)
+        keyed = {k for _, _, k in items if k is not None}
+        done = {k: [asked_view(t) for t in ts] for k, ts in tx.asked_with(list(keyed)).items()} if keyed else {}
+        fresh, first_of = [], {}
+        for i, (_, _, key) in enumerate(items):
+            if key in done:
+                out[i] = done[key]
+            elif key is not None and key in first_of:
+                continue  # the same key twice in one batch: answered with the first, below
+            else:
+                if key is not None:
+                    first_of[key] = i
+                fresh.append(i)
+        if fresh:
+            for i, answer in zip(fresh, self._ask_fresh(tx, sd, [items[i] for i in fresh]), strict=True):
+                out[i] = answer
+        for i, (_, _, key) in enumerate(items):
+            if out[i] is None:
+                out[i] = out[first_of[key]]
+        return out
+
+    def _ask_fresh(self, tx: StudyTx, sd: StudyDef, items: list[tuple[int, str | None, str | None]]
+                   ) -> list[Any]:
+        """Select and record new trials for ``items``: one answer (trials, or an error) per item."""
         study_id = sd.id
         st = tx.study
         running = tx.running_trials()
-        if sd.heartbeat_timeout_seconds is not None:
-            running = tx.fail_stale(running, now() - timedelta(seconds=sd.heartbeat_timeout_seconds))
+        running = tx.fail_stale(running, now() - timedelta(seconds=self.heartbeat_timeout(sd)))
         snap = self._snapshot(tx.snapshot_data, study_id, st.snapshot_version) if st.snapshot_version else None
         states = [state_from_dict(d) for d in st.adaptive]
         suggestions = select(
-            snap, states, sd.space, sd.config, count=sum(c for c, _ in items), direction=sd.direction,
+            snap, states, sd.space, sd.config, count=sum(c for c, _, _ in items), direction=sd.direction,
             seed=sd.seed, asked=st.next_number, pending=[t.params for t in running],
             n_observed=st.n_complete, exclude_keys=self._finished_keys(tx),
         )
@@ -185,21 +225,27 @@ class StudyService:
                           "points": pack_points(points),
                           "snapshot_version": st.snapshot_version if pred is not None else None})
         # the batch's suggestions go to its asks in arrival order
-        for i, (count, worker_id) in enumerate(items):
+        for j, (count, worker_id, key) in enumerate(items):
             for _ in range(count):
                 if len(owners) < len(specs):
                     specs[len(owners)]["worker_id"] = worker_id
-                    owners.append(i)
+                    specs[len(owners)]["ask_key"] = key
+                    owners.append(j)
         rows = tx.add_trials(specs)
-        out: list[Any] = [[] for _ in items]
-        for i, r, spec in zip(owners, rows, specs, strict=True):
-            out[i].append({"id": r["id"], "number": r["number"], "params": spec["params"],
-                           "prediction": public_prediction(spec["prediction"])})
-        for i, trials in enumerate(out):
-            if not trials:
-                out[i] = Conflict("every configuration of the space has been tried or is running",
-                                  field="count", code="space_exhausted")
-        return out
+        answers: list[Any] = [[] for _ in items]
+        for j, r, spec in zip(owners, rows, specs, strict=True):
+            answers[j].append({"id": r["id"], "number": r["number"], "params": spec["params"],
+                               "prediction": public_prediction(spec["prediction"])})
+        return [trials or Conflict("every configuration of the space has been tried or is running",
+                                   field="count", code="space_exhausted") for trials in answers]
+
+    def heartbeat_timeout(self, sd: StudyDef) -> float:
+        """Seconds of silence after which a running trial of the study expires."""
+        t = sd.heartbeat_timeout_seconds
+        return self.settings.heartbeat_timeout_seconds if t is None else t
+
+    def heartbeat(self, study_id: int, trial_id: int) -> None:
+        self.storage.heartbeat(study_id, trial_id, self.heartbeat_timeout(self.study(study_id)))
 
     def _finished_keys(self, tx: StudyTx) -> set[bytes]:
         """Keys of the study's finished trials, read incrementally by finishing order.
@@ -253,7 +299,13 @@ class StudyService:
             if trial is None:
                 out.append(NotFound(f"trial {trial_id} not found in study {study_id}", field="trial_id"))
                 continue
-            if trial.state != "running":
+            # a trial expired for silence is still running as far as its worker knows:
+            # its tell is recorded (late, not lost); only a failed one changes nothing
+            late = expired(trial)
+            if late and state == "failed":
+                out.append((trial_view(trial), False))
+                continue
+            if trial.state != "running" and not late:
                 if trial.state == state and _same_value(trial.value, value):
                     out.append((trial_view(trial), False))
                     continue

@@ -32,6 +32,11 @@ def public_prediction(pred: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: v for k, v in pred.items() if k not in ("points", "sign")}
 
 
+def asked_view(t: TrialRow) -> dict[str, Any]:
+    """A trial as the ask that created it answered it."""
+    return {"id": t.id, "number": t.number, "params": t.params, "prediction": public_prediction(t.prediction)}
+
+
 def trial_view(t: TrialRow) -> dict[str, Any]:
     return {
         "id": t.id,
@@ -86,3 +91,11 @@ def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool]) -
         },
     }
 
+
+
+def study_summary(info: StudyInfo) -> dict[str, Any]:
+    """A study as listings show it (no space, settings or adaptive state)."""
+    d = info.definition
+    return {"id": info.id, "name": info.name, "direction": d["direction"], "seed": d["seed"],
+            "surrogate": d["config"]["surrogate"], "acquisition": d["config"]["acquisition"],
+            "created_at": info.created_at, "trials": info.counts, "best_trial": info.best_trial}

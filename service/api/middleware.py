@@ -1,0 +1,171 @@
+"""ASGI middleware that runs before any route: the last-resort 500, auth, and body bounds.
+
+All three are plain ASGI (no BaseHTTPMiddleware), so they cost a function call
+per request and see the request before its body is read:
+
+* ``CatchAll``: an unexpected exception answers a JSON 500 and the connection
+  stays usable (Starlette's own handler re-raises after answering, so the
+  server closed the keep-alive connection without a ``Connection: close``);
+  the traceback is logged once per kind of failure per interval.
+* ``BearerAuth``: ``/v1`` needs a known token before anything else happens, so
+  an unauthenticated client cannot make the server read or parse a body.
+  Tokens are compared in constant time (digests, over every configured token).
+* ``BodyLimit``: a declared ``Content-Length`` over the limit answers 413 at
+  once; a streamed body is counted as it arrives (413 once over) and must
+  arrive within the body deadline (408). Both close the connection, whose
+  unread rest would otherwise be parsed as the next request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from fastapi import HTTPException
+
+from ..logs import Throttled, one_line
+from .errors import error_response
+
+log = logging.getLogger("calibo.api")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+CLOSE = {"Connection": "close"}
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for k, v in scope["headers"]:
+        if k == name:
+            return v
+    return None
+
+
+class CatchAll:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.errors = Throttled(log, 10.0)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as e:
+            where = e.__traceback__
+            while where is not None and where.tb_next is not None:
+                where = where.tb_next
+            kind = f"{type(e).__name__}@{where.tb_frame.f_code.co_filename}:{where.tb_lineno}" if where else ""
+            self.errors.log(logging.ERROR, kind, "unhandled error on %s %s: %s", scope.get("method"),
+                            scope.get("path"), one_line(e), exc_info=e)
+            if started:
+                raise  # half an answer is out: only closing the connection can end it
+            await error_response(500, "internal", "internal server error; the server log has the details")(
+                scope, receive, send)
+
+
+class BearerAuth:
+    def __init__(self, app: ASGIApp, tokens: dict[str, str], prefix: str = "/v1") -> None:
+        self.app = app
+        self.prefix = prefix
+        self.tokens = [(hashlib.sha256(t.encode()).digest(), role) for t, role in tokens.items()]
+
+    def role(self, token: str) -> str | None:
+        """The token's role, or None; the time taken does not depend on which token matched."""
+        given = hashlib.sha256(token.encode()).digest()
+        found = None
+        for digest, role in self.tokens:
+            if hmac.compare_digest(digest, given) and found is None:
+                found = role
+        return found
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.tokens or not (
+                scope["path"] == self.prefix or scope["path"].startswith(self.prefix + "/")):
+            await self.app(scope, receive, send)
+            return
+        header = (_header(scope, b"authorization") or b"").decode("latin-1")
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        answer = None
+        if scheme.lower() != "bearer" or not token:
+            answer = error_response(401, "unauthorized", "an Authorization: Bearer <token> header is required",
+                                    "authorization", {"WWW-Authenticate": "Bearer"})
+        else:
+            role = self.role(token)
+            if role is None:
+                answer = error_response(401, "unauthorized", "invalid token", "authorization",
+                                        {"WWW-Authenticate": "Bearer"})
+            elif scope["method"] not in ("GET", "HEAD", "OPTIONS") and role != "write":
+                answer = error_response(403, "forbidden", "this token may only read", "authorization")
+        if answer is None:
+            await self.app(scope, receive, send)
+        else:
+            await answer(scope, receive, send)
+
+
+class BodyLimit:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.timeout = timeout
+
+    def _too_large(self) -> HTTPException:
+        return HTTPException(413, f"the request body is larger than {self.max_bytes} bytes", headers=CLOSE)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        declared = _header(scope, b"content-length")
+        if declared is not None:
+            try:
+                size = int(declared)
+            except ValueError:
+                size = -1
+            if size < 0:
+                await error_response(400, "invalid_request", "Content-Length is not a number", "content-length",
+                                     CLOSE)(scope, receive, send)
+                return
+            if size > self.max_bytes:
+                e = self._too_large()
+                await error_response(413, "too_large", e.detail, "body", CLOSE)(scope, receive, send)
+                return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        seen = 0
+        complete = False
+
+        async def bounded() -> Message:
+            nonlocal seen, complete
+            if complete:
+                return await receive()  # after the body: only a disconnect can come
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                raise HTTPException(408, f"the request body did not arrive within {self.timeout:g} s",
+                                    headers=CLOSE) from None
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise self._too_large()
+                complete = not message.get("more_body", False)
+            return message
+
+        await self.app(scope, bounded, send)
