@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= server,test
 
 
-.PHONY: run demo test lint bench bench-search bench-service bench-calibration clean venv
+.PHONY: run demo test lint bench bench-search bench-service bench-load bench-calibration clean venv
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -52,6 +52,11 @@ bench-search: $(BENCH_STAMP)
 # calibo serve (SQLite, and PostgreSQL at 127.0.0.1:5432) against Optuna RDB ask/tell; ~25 min.
 bench-service: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/service.py
+
+# A crowd (64 and 16 clients x 2000 trials) on calibo serve, kill -9 and a PostgreSQL outage mid-run:
+# throughput, latencies, retries, errors by status, lost/duplicated tells, recovery time; ~5 min.
+bench-load: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/load.py
 
 bench-calibration: $(BENCH_STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/calibration.py --workers $(WORKERS)
