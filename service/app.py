@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from . import __version__
-from .api import errors, router
+from .api import AUTH_DOC, errors, router
 from .api.middleware import BearerAuth, BodyLimit, CatchAll
 from .api.schemas import Health
 from .config import Settings
@@ -54,17 +54,19 @@ class Readiness:
             return self._ok
 
 
-async def _reaper(svc: StudyService, interval: float) -> None:
-    """Fail orphaned running trials every ``interval`` seconds (see ``studies.reaper``)."""
+async def _housekeeping(svc: StudyService, fits: FitPool, interval: float) -> None:
+    """Every ``interval`` seconds: fail orphaned running trials (see ``studies.reaper``) and resume
+    fits that gave up while the database was unreachable."""
     trouble = Throttled(log, 60.0)
     while True:
         await asyncio.sleep(interval)
         try:
             await anyio.to_thread.run_sync(reap_once, svc)
+            fits.resume_stalled()
         except Unavailable:
             pass  # storage has said so, once per interval
         except Exception as e:  # noqa: BLE001 - the loop must outlive any one pass
-            trouble.log(logging.ERROR, type(e).__name__, "reaper pass failed: %s", one_line(e), exc_info=e)
+            trouble.log(logging.ERROR, type(e).__name__, "housekeeping pass failed: %s", one_line(e), exc_info=e)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -84,7 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lagging = await anyio.to_thread.run_sync(storage.studies_needing_fit)
         for study_id in lagging:  # tells that landed after the last fit before a restart
             fits.request(study_id)
-        reaper = asyncio.create_task(_reaper(app.state.studies, settings.reaper_interval_seconds))
+        reaper = asyncio.create_task(_housekeeping(app.state.studies, fits, settings.reaper_interval_seconds))
         log.info("calibo %s ready: %s, %d fit worker(s), %d studies queued for a refit",
                  __version__, storage.engine.url.render_as_string(hide_password=True), settings.workers,
                  len(lagging))
@@ -131,5 +133,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def livez() -> dict[str, str]:
         return {"status": "ok"}
 
-    app.include_router(router)
+    app.include_router(router, dependencies=[AUTH_DOC] if tokens else None)
     return app

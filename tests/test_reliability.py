@@ -348,3 +348,8 @@ def test_concurrent_asks_with_one_key_create_its_trials_once(srv: LiveServer) ->
     assert all(a == answers[0] for a in answers) and len(answers[0]) == 3
     with srv.client() as http:
         assert http.get(f"/v1/studies/{sid}").json()["trials"]["total"] == 3
+
+
+def test_a_control_character_in_the_name_filter_is_422(http: httpx.Client) -> None:
+    # found by schemathesis: PostgreSQL cannot compare text with NUL (it answered 500)
+    assert_error(http.get("/v1/studies", params={"name": "a\x00b"}), 422, "invalid_request", "name")

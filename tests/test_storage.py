@@ -110,3 +110,43 @@ def test_ids_are_never_reused(storage: Storage) -> None:
     storage.delete_study(a.id)
     b, _ = storage.create_study("b", {}, [])
     assert b.id > a.id
+
+
+def test_sqlite_ids_are_never_reused_after_the_migrations(tmp_path) -> None:
+    import sqlite3
+
+    st = Storage(f"sqlite:///{tmp_path / 'ids.db'}")
+    st.close()
+    with sqlite3.connect(tmp_path / "ids.db") as c:
+        for table in ("studies", "trials"):
+            ddl = c.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+            assert "AUTOINCREMENT" in ddl, (table, ddl)
+
+
+def test_an_existing_database_upgrades_with_its_data(tmp_path) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    from migrations import DIRECTORY
+    from service.storage import make_engine
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    cfg = Config(str(DIRECTORY / "alembic.ini"))
+    cfg.set_main_option("script_location", str(DIRECTORY))
+    cfg.set_main_option("sqlalchemy.url", url)
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+        conn.exec_driver_sql("INSERT INTO studies (name, definition, created_at, next_number, n_complete, finish_seq,"
+                             " adaptive, snapshot_version, snapshot_n_obs) VALUES ('s', '{}', '2026-01-01', 1, 0, 0,"
+                             " '[]', 0, 0)")
+        conn.exec_driver_sql("INSERT INTO trials (study_id, number, state, params, ukey, asked_at) VALUES "
+                             "(1, 0, 'running', '{}', 'ab', '2026-01-01')")
+    engine.dispose()
+    st = Storage(url)  # upgrade head
+    try:
+        with st.engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT number, ukey, ask_key FROM trials").all() == [(0, "ab", None)]
+    finally:
+        st.close()

@@ -23,15 +23,15 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
-        op.alter_column("trials", "ukey", type_=sa.Text(), existing_type=sa.String(512), existing_nullable=False)
-    op.add_column("trials", sa.Column("ask_key", sa.String(64), nullable=True))
+    # batch: SQLite rebuilds the table (it has no ALTER COLUMN); PostgreSQL alters in place
+    with op.batch_alter_table("trials", table_kwargs={"sqlite_autoincrement": True}) as batch:
+        batch.alter_column("ukey", type_=sa.Text(), existing_type=sa.String(512), existing_nullable=False)
+        batch.add_column(sa.Column("ask_key", sa.String(64), nullable=True))
     op.create_index("ix_trials_study_ask_key", "trials", ["study_id", "ask_key"])
 
 
 def downgrade() -> None:
     op.drop_index("ix_trials_study_ask_key", table_name="trials")
-    with op.batch_alter_table("trials") as batch:
+    with op.batch_alter_table("trials", table_kwargs={"sqlite_autoincrement": True}) as batch:
         batch.drop_column("ask_key")
-    if op.get_bind().dialect.name == "postgresql":
-        op.alter_column("trials", "ukey", type_=sa.String(512), existing_type=sa.Text(), existing_nullable=False)
+        batch.alter_column("ukey", type_=sa.String(512), existing_type=sa.Text(), existing_nullable=False)

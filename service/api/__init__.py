@@ -1,5 +1,5 @@
 """FastAPI routers and the pydantic wire schemas."""
 
-from .routes import router
+from .routes import AUTH_DOC, router
 
-__all__ = ["router"]
+__all__ = ["AUTH_DOC", "router"]

@@ -50,7 +50,10 @@ Svc = Annotated[StudyService, Depends(service)]
 # Auth is enforced by api.middleware.BearerAuth before a body is read; this only documents it.
 bearer = HTTPBearer(auto_error=False, description="CALIBO_API_TOKENS: any token reads; write tokens write")
 
-router = APIRouter(prefix="/v1", dependencies=[Security(bearer)], responses=ERRORS)
+router = APIRouter(prefix="/v1", responses=ERRORS)
+# included with dependencies=[AUTH_DOC] only when tokens are configured, so the document says
+# Authorization is required exactly when it is
+AUTH_DOC = Security(bearer)
 
 
 @router.post("/studies", status_code=201, response_model=S.StudyView, tags=["studies"],
@@ -70,8 +73,7 @@ def list_studies(
     svc: Svc,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
-    name: Annotated[str | None, Query(min_length=1, max_length=S.MAX_NAME, description="only the study of this name")]
-    = None,
+    name: Annotated[S.Name | None, Query(description="only the study of this name")] = None,
 ) -> dict[str, Any]:
     infos, total = svc.storage.list_studies(limit, offset, name)
     return {"studies": [svc.summary(i) for i in infos], "total": total, "limit": limit, "offset": offset}

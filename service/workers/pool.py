@@ -8,7 +8,10 @@ costs at most two fits, and fits of one study never run concurrently.
 A fit that raises is logged, recorded on the study (``fit_error``) and retried
 with backoff up to ``retries`` times; a worker process that dies (the pool
 breaks) is replaced. Neither reaches the API: asks keep serving the newest
-stored snapshot.
+stored snapshot. A fit that fails because the database is unreachable logs
+one line (per 10 s), records nothing, and once its retries are spent waits
+for ``resume_stalled`` (the app's housekeeping calls it) rather than for the
+next tell, which may never come.
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from ..errors import Unavailable
+from ..logs import Throttled
 from ..storage import Storage
 from .jobs import fit_study, init_process, store
 
 log = logging.getLogger("calibo.workers")
+_outage = Throttled(log, 10.0)
 
 
 @dataclass
@@ -37,6 +43,7 @@ class _StudyFits:
     attempts: int = 0
     fitted_n_obs: int = 0
     last_error: str | None = None
+    stalled: bool = False  # gave up while the database was unreachable: resumed by resume_stalled()
 
 
 class FitPool:
@@ -105,6 +112,16 @@ class FitPool:
                 if left <= 0:
                     return False
                 self._cond.wait(left)
+
+    def resume_stalled(self) -> int:
+        """Fit again the studies whose fits gave up during a database outage; how many."""
+        with self._cond:
+            stalled = [sid for sid, st in self._studies.items() if st.stalled and not st.running]
+            for sid in stalled:
+                self._studies[sid].stalled = False
+        for sid in stalled:
+            self.request(sid)
+        return len(stalled)
 
     def forget(self, study_id: int) -> None:
         with self._cond:
@@ -189,15 +206,19 @@ class FitPool:
                     st.running = False
                     st.dirty = False
                     st.attempts = 0
+                    st.stalled = isinstance(exc, Unavailable)
             self._cond.notify_all()
-        if exc is not None:
+        if isinstance(exc, Unavailable):  # the database's fault, not the fit's: one line, nothing to record
+            _outage.log(logging.WARNING, "fit", "fit of study %s waits for the database%s", study_id,
+                        f"; retry in {delay:.1f} s" if resubmit else "; resumed once it answers")
+        elif exc is not None:
             log.error("fit of study %s failed (%s)%s", study_id, st.last_error,
                       f"; retry in {delay:.1f} s" if resubmit else "; giving up until the next tell",
                       exc_info=exc)
             try:
                 self.storage.record_fit_error(study_id, st.last_error or "fit failed")
-            except Exception:  # the database may be the reason; the log has it
-                log.exception("could not record the fit error of study %s", study_id)
+            except Unavailable:
+                pass  # storage logged it
             if isinstance(exc, BrokenProcessPool):
                 self._replace_executor(executor)
         if resubmit:
