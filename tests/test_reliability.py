@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from conftest import BACKENDS, LiveServer, make_database_url, unique
-from test_api import BRANIN, FAST, assert_error, ask, create, tell
+from test_api import BRANIN, FAST, ask, assert_error, create, tell
 
 SHORT = {"header_timeout_seconds": 1.0, "body_timeout_seconds": 1.0, "heartbeat_timeout_seconds": 600.0,
          "reaper_interval_seconds": 0.2, "max_body_bytes": 64 * 1024}
