@@ -353,3 +353,43 @@ def test_concurrent_asks_with_one_key_create_its_trials_once(srv: LiveServer) ->
 def test_a_control_character_in_the_name_filter_is_422(http: httpx.Client) -> None:
     # found by schemathesis: PostgreSQL cannot compare text with NUL (it answered 500)
     assert_error(http.get("/v1/studies", params={"name": "a\x00b"}), 422, "invalid_request", "name")
+
+
+def test_a_failed_transaction_does_not_leave_the_finished_keys_cache_ahead(tmp_path) -> None:
+    """A batch's ask reads the keys its own tells finished; if the commit then fails, the cache
+    must not keep them (their positions are reused by later tells, which it would never read)."""
+    import asyncio
+    from contextlib import contextmanager
+
+    from service.config import Settings
+    from service.errors import Unavailable
+    from service.storage import Storage
+    from service.studies import StudyService
+
+    storage = Storage(f"sqlite:///{tmp_path / 'keys.db'}")
+    svc = StudyService(Settings(database_url="sqlite://"), storage, None)
+    space = {"c": {"type": "categorical", "choices": ["a", "b", "c"]}}
+    sid = svc.create("keys", space, settings={"n_warmup": 2})[0].id
+
+    async def scenario() -> list[dict]:
+        a, b = await svc.ask(sid, 2)
+        real = storage.locked
+
+        @contextmanager
+        def commit_fails(study_id: int):
+            with real(study_id) as tx:
+                yield tx
+                raise Unavailable("connection lost at commit")  # rolls the transaction back
+
+        storage.locked = commit_fails
+        try:
+            results = await asyncio.gather(svc.tell(sid, a["id"], 1.0), svc.ask(sid, 1), return_exceptions=True)
+            assert all(isinstance(r, Unavailable) for r in results)
+        finally:
+            storage.locked = real
+        await svc.tell(sid, b["id"], 2.0)  # takes the finishing position the rolled-back tell had
+        return await svc.ask(sid, 2)  # a still running, b finished: only "c" is left
+
+    left = asyncio.run(scenario())
+    assert [t["params"]["c"] for t in left] == ["c"]
+    storage.close()

@@ -171,13 +171,19 @@ class StudyService:
         tells = [i for i, (kind, _) in enumerate(items) if kind == "tell"]
         asks = [i for i, (kind, _) in enumerate(items) if kind == "ask"]
         out: list[Any] = [None] * len(items)
-        with self.storage.locked(study_id) as tx:
-            if tells:
-                for i, r in zip(tells, self._tell_in(tx, sd, [items[i][1] for i in tells]), strict=True):
-                    out[i] = r
-            if asks:
-                for i, r in zip(asks, self._ask_in(tx, sd, [items[i][1] for i in asks]), strict=True):
-                    out[i] = r
+        try:
+            with self.storage.locked(study_id) as tx:
+                if tells:
+                    for i, r in zip(tells, self._tell_in(tx, sd, [items[i][1] for i in tells]), strict=True):
+                        out[i] = r
+                if asks:
+                    for i, r in zip(asks, self._ask_in(tx, sd, [items[i][1] for i in asks]), strict=True):
+                        out[i] = r
+        except BaseException:
+            # the finished-keys cache may have read this transaction's own (now rolled back) tells:
+            # positions it skipped past would be reused by later tells and never read
+            self._finished.pop(study_id, None)
+            raise
         return out
 
     def _ask_in(self, tx: StudyTx, sd: StudyDef, items: list[tuple[int, str | None, str | None]]) -> list[Any]:
