@@ -1,7 +1,7 @@
 """Load and faults: a crowd of clients on one study of ``calibo serve``, SQLite and PostgreSQL.
 
 Every row runs ``calibo serve --workers 1`` (a subprocess, one fit worker) on a
-fresh database and a crowd from ``benchmarks/crowd_driver.py``: ``--clients``
+fresh database and a crowd from ``benchmarks/crowd/``: ``--clients``
 threads, each with its own keep-alive ``httpx.Client``, share ``--trials``
 ask -> evaluate (Hartmann-6) -> tell pairs on one study; the first ``--warm``
 are told by one client so the crowd runs on a fitted surrogate. Every request
@@ -56,7 +56,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.crowd_driver import (  # noqa: E402
+from benchmarks.crowd import (  # noqa: E402
     TASK,
     CaliboServer,
     run_kill,

@@ -1,7 +1,7 @@
 """Faults under a crowd of clients: the API killed (-9) and restarted, PostgreSQL unreachable.
 
 Both run ``calibo serve`` as a subprocess with a crowd of clients on one study
-(``benchmarks/crowd_driver.py``: retries on 503 and connection errors until a
+(``benchmarks/crowd/``: retries on 503 and connection errors until a
 deadline, an ask with its same Idempotency-Key, a tell as it is) and check the same
 invariants as the load test when the crowd is done: no acknowledged tell lost, no 409,
 no duplicate suggestion, numbers gapless, every trial complete.
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import _pg_admin_conninfo, make_database_url
 
-from benchmarks.crowd_driver import CaliboServer, run_kill, run_outage, server_on
+from benchmarks.crowd import CaliboServer, run_kill, run_outage, server_on
 
 CLIENTS = 32
 TRIALS = 1000  # in total, on one study

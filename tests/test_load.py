@@ -3,7 +3,7 @@
 ``calibo serve`` runs as a subprocess (one fit worker) on a fresh SQLite file and on a
 fresh PostgreSQL database. The first 16 trials are told by one client so the crowd
 runs on a fitted surrogate, as it would in practice; the other 1,984 by the crowd (see
-``benchmarks/crowd_driver.py``: every request timed, retries on 503 and connection
+``benchmarks/crowd/``: every request timed, retries on 503 and connection
 errors, each ask with its own Idempotency-Key). Nothing may answer 5xx, and reading the
 study back: no acknowledged tell lost or changed, no 409, no ask returning params
 another running trial holds, all params distinct, numbers 0..1999, the complete count
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import make_database_url
 
-from benchmarks.crowd_driver import run_load, server_on
+from benchmarks.crowd import run_load, server_on
 
 CLIENTS = 64
 TRIALS = 2000  # in total, on one study
