@@ -74,6 +74,9 @@ class Call(Generic[T]):
     # A 404 after a try whose outcome is unknown means that try already did it
     # (DELETE): answer success instead of NotFound.
     gone_means_done: bool = False
+    # An error response that is nonetheless the answer, read without retrying (/healthz's 503
+    # saying the database is down; a proxy's 503 in front of a restarting server is no answer).
+    answer_if: Callable[[httpx.Response], bool] | None = None
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -195,6 +198,8 @@ class Attempts(Generic[T]):
     def after_response(self, response: httpx.Response) -> float | None:
         """None when ``response`` is the answer to read; else the wait before the next try."""
         self.tries += 1
+        if self.call.answer_if is not None and self.call.answer_if(response):
+            return None
         if response.status_code in RETRY_STATUSES and self.call.safety is Safety.IDEMPOTENT:
             wait = self._next_wait(parse_retry_after(response.headers.get("Retry-After")))
             if wait is not None:
@@ -207,7 +212,7 @@ class Attempts(Generic[T]):
         status = response.status_code
         if status == 404 and self.call.gone_means_done and self.maybe_applied:
             return self.call.parse(httpx.Response(204, request=response.request))
-        if status >= 400:
+        if status >= 400 and not (self.call.answer_if is not None and self.call.answer_if(response)):
             error = error_from_response(response)
             if self.gave_up:
                 error.message = f"{error.message} ({self._label()}: {self._gave_up()})"

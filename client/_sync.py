@@ -101,7 +101,8 @@ class Client:
 
     # ------------------------------------------------------------ the API
     def health(self) -> dict[str, Any]:
-        """``GET /healthz``: ``{"status": "ok"}`` when the server is up."""
+        """``GET /healthz``: ``{"status": "ok", "database": "ok"}`` when the server is ready; ``{"status":
+        "unavailable", "database": "down"}`` (answered at once, not retried) while its database is not."""
         return self._run(api.health())
 
     def create_study(

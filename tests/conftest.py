@@ -8,6 +8,7 @@ the end. Without a reachable server the PostgreSQL variants skip, unless
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -148,6 +149,18 @@ class LiveServer:
 
     def client(self, **kw) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=60.0, **kw)
+
+
+@contextlib.contextmanager
+def backend_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, label: str,
+                   **kw) -> Iterator[LiveServer]:
+    """A live server (``LiveServer(**kw)``) on a fresh database of ``request.param``'s backend."""
+    url = make_database_url(request, request.param, tmp_path_factory.mktemp(label))
+    srv = LiveServer(url, **kw).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

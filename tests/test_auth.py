@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from conftest import BACKENDS, LiveServer, make_database_url
+from conftest import BACKENDS, LiveServer, backend_server
 from test_api import BRANIN
 
 TOKENS = "w-token,r-token:read,w2-token:write"
@@ -21,10 +21,8 @@ WHO = {"none": None, "wrong": "nope", "wrong-scheme": None, "read": "r-token", "
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def auth_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    url = make_database_url(request, request.param, tmp_path_factory.mktemp("auth"))
-    srv = LiveServer(url, workers=0, api_tokens=TOKENS).start()
-    yield srv
-    srv.stop()
+    with backend_server(request, tmp_path_factory, "auth", workers=0, api_tokens=TOKENS) as srv:
+        yield srv
 
 
 def _headers(who: str) -> dict[str, str]:

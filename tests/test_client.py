@@ -519,13 +519,23 @@ def test_zero_retries_means_one_attempt() -> None:
 
 def test_retry_after_is_honoured() -> None:
     busy = httpx.Response(503, headers={"Retry-After": "0.25"}, json={"error": {}})
-    handler = Script(busy, httpx.Response(200, json={"status": "ok"}))
+    handler = Script(busy, httpx.Response(200, json={"id": 1}))
     with sync_client(handler, backoff=0.001) as calibo:
         start = time.monotonic()
-        assert calibo.health() == {"status": "ok"}
+        assert calibo.get_study(1) == {"id": 1}
         elapsed = time.monotonic() - start
     assert handler.calls == 2
     assert 0.25 <= elapsed < 2.0
+
+
+def test_health_reports_a_database_outage_at_once() -> None:
+    down = httpx.Response(503, headers={"Retry-After": "1"}, json={"status": "unavailable", "database": "down"})
+    handler = Script(down)
+    with sync_client(handler) as calibo:
+        start = time.monotonic()
+        assert calibo.health() == {"status": "unavailable", "database": "down"}
+        assert time.monotonic() - start < 0.5
+    assert handler.calls == 1
 
 
 def test_retry_after_parsing() -> None:

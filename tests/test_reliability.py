@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from conftest import BACKENDS, LiveServer, make_database_url, unique
+from conftest import BACKENDS, LiveServer, backend_server, unique
 from test_api import BRANIN, FAST, ask, assert_error, create, tell
 
 SHORT = {"header_timeout_seconds": 1.0, "body_timeout_seconds": 1.0, "heartbeat_timeout_seconds": 600.0,
@@ -23,10 +23,8 @@ SHORT = {"header_timeout_seconds": 1.0, "body_timeout_seconds": 1.0, "heartbeat_
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def srv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    url = make_database_url(request, request.param, tmp_path_factory.mktemp("reliability"))
-    server = LiveServer(url, workers=0, settings=SHORT).start()
-    yield server
-    server.stop()
+    with backend_server(request, tmp_path_factory, "reliability", workers=0, settings=SHORT) as server:
+        yield server
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import schemathesis
-from conftest import BACKENDS, LiveServer, make_database_url
+from conftest import BACKENDS, LiveServer, backend_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
@@ -37,15 +37,14 @@ CHECKS = [
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def fuzz_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    url = make_database_url(request, request.param, tmp_path_factory.mktemp("fuzz"))
-    srv = LiveServer(url, workers=0, settings={"max_body_bytes": 256 * 1024}).start()
-    with httpx.Client(base_url=srv.url, timeout=30) as c:
+    with backend_server(request, tmp_path_factory, "fuzz", workers=0,
+                        settings={"max_body_bytes": 256 * 1024}) as srv, \
+            httpx.Client(base_url=srv.url, timeout=30) as c:
         for i, space in enumerate((BRANIN, MIXED, {"c": {"type": "categorical", "choices": ["a", "b"]}})):
             sid = c.post("/v1/studies", json={"name": f"fuzz-{i}", "space": space}).json()["id"]
             trials = c.post(f"/v1/studies/{sid}/ask", json={"count": 2}).json()["trials"]
             c.post(f"/v1/studies/{sid}/trials/{trials[0]['id']}/tell", json={"value": 1.0})
-    yield srv
-    srv.stop()
+        yield srv
 
 
 def test_the_live_contract_holds(fuzz_server: LiveServer) -> None:
