@@ -68,6 +68,7 @@ def test_the_service_rides_out_a_postgresql_outage(request: pytest.FixtureReques
         res = run_outage(srv.url, _pg_admin_conninfo(), database, clients=CLIENTS, trials=TRIALS, seed=7,
                          outage_s=4.0, timeout=240)
         log = srv.tail(60)
+        whole_log = srv.log_path.read_text(errors="replace")
     for k in ("recovery_s", "healthz_recovery_s", "answers_503", "answers_500", "retries",
               "outcomes_during_outage", "healthz_during"):
         record_property(k, res.get(k))
@@ -79,4 +80,9 @@ def test_the_service_rides_out_a_postgresql_outage(request: pytest.FixtureReques
     assert res["healthz_down_seen"], res["healthz_during"]
     assert res["healthz_recovery_s"] is not None, "/healthz never said ok again"
     assert res["recovery_s"] is not None and res["recovery_s"] < 30, res["recovery_s"]
+    # an outage is logged in a few concise lines, not a traceback per failed request (it was 19 MB in 8 s)
+    assert "Traceback" not in whole_log, whole_log[-3000:]
+    outage_lines = [ln for ln in whole_log.splitlines() if "unreachable" in ln or "waits for the database" in ln]
+    print(f"outage log: {len(whole_log.splitlines())} lines in all, {len(outage_lines)} about the outage")
+    assert 1 <= len(outage_lines) <= 10, outage_lines
     _common(res, log)
