@@ -110,7 +110,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_url="/openapi.json" if docs else None,
     )
     app.state.settings = settings
-    app.state.tokens = tokens
     errors.install(app)
     # outermost last: CatchAll sees everything, auth runs before any body is read
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout_seconds)

@@ -34,16 +34,6 @@ class Conflict(ServiceError):
     code = "conflict"
 
 
-class Unauthorized(ServiceError):
-    status = 401
-    code = "unauthorized"
-
-
-class Forbidden(ServiceError):
-    status = 403
-    code = "forbidden"
-
-
 class Unavailable(ServiceError):
     status = 503
     code = "unavailable"

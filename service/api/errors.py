@@ -7,7 +7,6 @@ database answers 503 with Retry-After; an unexpected exception is answered
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -18,8 +17,6 @@ from starlette.routing import Match
 
 from ..engine.errors import FieldError
 from ..errors import ServiceError
-
-log = logging.getLogger("calibo.api")
 
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 408: "timeout", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
@@ -55,9 +52,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service(request: Request, e: ServiceError) -> JSONResponse:
         headers = None
-        if e.status == 401:
-            headers = {"WWW-Authenticate": "Bearer"}
-        elif e.status == 503:
+        if e.status == 503:
             headers = {"Retry-After": str(request.app.state.settings.retry_after_seconds)}
         return error_response(e.status, e.code, e.message, e.field, headers)
 
