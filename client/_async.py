@@ -131,8 +131,15 @@ class AsyncClient:
     async def get_study(self, study_id: StudyRef) -> dict[str, Any]:
         return await self._run(api.get_study(study_id))
 
-    async def list_studies(self) -> list[dict[str, Any]]:
-        return await self._run(api.list_studies())
+    async def list_studies(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Every study's summary, all pages (or only the study named ``name``)."""
+        out: list[dict[str, Any]] = []
+        offset: int | None = 0
+        while offset is not None:
+            page = await self._run(api.list_studies(offset, name))
+            out += page["studies"]
+            offset = api.next_offset(page, offset, "studies")
+        return out
 
     async def delete_study(self, study_id: StudyRef) -> None:
         await self._run(api.delete_study(study_id))

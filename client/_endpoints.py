@@ -103,8 +103,21 @@ def create_study(
     return Call("POST", "/v1/studies", json_object, json=body)
 
 
-def list_studies() -> Call[list[dict[str, Any]]]:
-    return Call("GET", "/v1/studies", _list_of("studies"))
+STUDY_PAGE = 1000  # the server's largest page
+
+
+def _study_page(response: httpx.Response) -> dict[str, Any]:
+    body = json_object(response)
+    _list_of("studies")(response)  # checks the shape
+    return body
+
+
+def list_studies(offset: int = 0, name: str | None = None) -> Call[dict[str, Any]]:
+    """One page of study summaries (``{"studies", "total", ...}``); see ``next_offset``."""
+    params: dict[str, Any] = {"limit": STUDY_PAGE, "offset": offset}
+    if name is not None:
+        params["name"] = name
+    return Call("GET", "/v1/studies", _study_page, params=params)
 
 
 def get_study(study_id: StudyRef) -> Call[dict[str, Any]]:
@@ -180,9 +193,9 @@ def calibration(study_id: StudyRef) -> Call[dict[str, Any]]:
     return Call("GET", f"{_study(study_id)}/calibration", json_object)
 
 
-def next_offset(page: dict[str, Any], offset: int) -> int | None:
+def next_offset(page: dict[str, Any], offset: int, key: str = "trials") -> int | None:
     """Where the page after ``page`` (asked at ``offset``) starts, or None at the end."""
-    items = page.get("trials") or []
+    items = page.get(key) or []
     if not items:
         return None
     following = offset + len(items)

@@ -136,8 +136,15 @@ class Client:
     def get_study(self, study_id: StudyRef) -> dict[str, Any]:
         return self._run(api.get_study(study_id))
 
-    def list_studies(self) -> list[dict[str, Any]]:
-        return self._run(api.list_studies())
+    def list_studies(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Every study's summary, all pages (or only the study named ``name``)."""
+        out: list[dict[str, Any]] = []
+        offset: int | None = 0
+        while offset is not None:
+            page = self._run(api.list_studies(offset, name))
+            out += page["studies"]
+            offset = api.next_offset(page, offset, "studies")
+        return out
 
     def delete_study(self, study_id: StudyRef) -> None:
         self._run(api.delete_study(study_id))

@@ -282,7 +282,7 @@ def test_tell_retried_on_503_then_succeeds() -> None:
     [httpx.ConnectError("refused"), httpx.ReadError("reset"), httpx.ReadTimeout("slow")],
 )
 def test_get_retried_on_connection_error(exc: Exception) -> None:
-    handler = Script(exc, exc, httpx.Response(200, json={"studies": [{"id": 1}]}))
+    handler = Script(exc, exc, httpx.Response(200, json={"studies": [{"id": 1}], "total": 1}))
     with sync_client(handler) as calibo:
         assert calibo.list_studies() == [{"id": 1}]
     assert handler.calls == 3
@@ -1048,3 +1048,16 @@ def test_async_optimize_cancelled_tells_running_trials_failed() -> None:
         ]
 
     asyncio.run(main())
+
+
+def test_list_studies_walks_every_page_and_filters_by_name() -> None:
+    handler = Script(httpx.Response(200, json={"studies": [{"id": 1}, {"id": 2}], "total": 3}),
+                     httpx.Response(200, json={"studies": [{"id": 3}], "total": 3}))
+    with sync_client(handler) as calibo:
+        assert [s["id"] for s in calibo.list_studies()] == [1, 2, 3]
+    assert [dict(r.url.params) for r in handler.requests] == [{"limit": "1000", "offset": "0"},
+                                                               {"limit": "1000", "offset": "2"}]
+    named = Script(httpx.Response(200, json={"studies": [{"id": 7}], "total": 1}))
+    with sync_client(named) as calibo:
+        assert calibo.list_studies(name="svc-digits") == [{"id": 7}]
+    assert named.requests[0].url.params["name"] == "svc-digits"
