@@ -6,7 +6,6 @@ at tell) inside the study's locked transaction, and hands refits to the fit
 pool. It knows nothing of HTTP.
 """
 
-
 from __future__ import annotations
 
 import threading
