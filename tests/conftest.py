@@ -174,8 +174,12 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture(scope="session")
 def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """A live server on SQLite (for client tests)."""
-    srv = LiveServer(f"sqlite:///{tmp_path_factory.mktemp('client') / 'calibo.db'}").start()
+    """A live server on SQLite (for client tests).
+
+    Sequential asks wait up to 30 s for their fit: the first one spawns the fit process (imports
+    torch, scikit-learn, LightGBM), which on 2 busy cores can take longer than the default 5 s.
+    """
+    srv = LiveServer(f"sqlite:///{tmp_path_factory.mktemp('client') / 'calibo.db'}", ask_wait_seconds=30.0).start()
     yield srv
     srv.stop()
 
