@@ -108,7 +108,9 @@ class LiveServer:
     database_url: str
     workers: int = 1
     api_tokens: str = ""
-    ask_wait_seconds: float = 5.0
+    # how long a sequential ask may wait for its fit: the first fit spawns the fit process, whose
+    # imports (torch, scikit-learn, LightGBM) take 4-5 s on this 2-core machine, more when it is busy
+    ask_wait_seconds: float = 30.0
     port: int = 0
     settings: dict = field(default_factory=dict)  # other Settings fields
 
@@ -174,12 +176,8 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture(scope="session")
 def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """A live server on SQLite (for client tests).
-
-    Sequential asks wait up to 30 s for their fit: the first one spawns the fit process (imports
-    torch, scikit-learn, LightGBM), which on 2 busy cores can take longer than the default 5 s.
-    """
-    srv = LiveServer(f"sqlite:///{tmp_path_factory.mktemp('client') / 'calibo.db'}", ask_wait_seconds=30.0).start()
+    """A live server on SQLite (for client tests)."""
+    srv = LiveServer(f"sqlite:///{tmp_path_factory.mktemp('client') / 'calibo.db'}").start()
     yield srv
     srv.stop()
 
