@@ -204,13 +204,17 @@ class StudyTx:
         """The study's ACI/DtACI states after the tells of this transaction."""
         self.study.adaptive = states
 
+    def expire(self, trial: TrialRow) -> None:
+        """Fail a running trial whose worker fell silent (see ``expired``)."""
+        self.finish(trial, "failed", None, {"reason": EXPIRED})
+
     def fail_stale(self, trials: Sequence[RunningTrial], cutoff: datetime) -> list[RunningTrial]:
         """Fail running trials whose last sign of life is older than ``cutoff``; the others."""
         stale = {t.id for t in trials if as_utc(t.heartbeat_at or t.asked_at) < cutoff}
         if stale:
             for row in self.trials(list(stale)).values():
                 if row.state == "running":
-                    self.finish(row, "failed", None, {"reason": EXPIRED})
+                    self.expire(row)
             log.info("study %s: failed %d running trials whose heartbeats stopped", self.study.id, len(stale))
         return [t for t in trials if t.id not in stale]
 
@@ -412,10 +416,10 @@ class Storage:
         with self.locked(study_id) as tx:
             t = tx.trial(trial_id)
             if t.state == "running":
-                tx.fail_stale([RunningTrial(t.id, t.number, t.params, t.asked_at, t.heartbeat_at)], cutoff)
-            if t.state == "running":  # a heartbeat raced this one and found it alive
-                t.heartbeat_at = t0
-                return
+                if as_utc(t.heartbeat_at or t.asked_at) >= cutoff:  # a heartbeat raced this one
+                    t.heartbeat_at = t0
+                    return
+                tx.expire(t)
         if expired(t):
             raise Conflict(f"trial {trial_id} expired: no heartbeat for over {timeout:g} s; its result "
                            "can still be told", field="trial_id", code="trial_expired")

@@ -255,8 +255,9 @@ class StudyService:
     def _finished_keys(self, tx: StudyTx) -> set[bytes]:
         """Keys of the study's finished trials, read incrementally by finishing order.
 
-        Called under the study's lock. The cache only ever holds committed rows,
-        and the database numbers them, so it is exact however many replicas tell.
+        Called under the study's lock. The database numbers the finishing order, so
+        the cache is exact however many replicas tell; it may read this batch's own
+        uncommitted tells, and ``_write_batch`` drops it when the transaction fails.
         """
         sid = tx.study.id
         seq, keys = self._finished.get(sid, (0, set()))
