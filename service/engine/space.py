@@ -72,10 +72,7 @@ class Param:
     def from_dict(cls, name: str, d: Any) -> Param:
         if not isinstance(name, str) or not name:
             raise SpaceError("space", "parameter names must be non-empty strings")
-        try:
-            check_text(name, "space", MAX_PARAM_NAME)
-        except SpaceError as e:
-            raise SpaceError("space", f"parameter name {name[:40]!r}: {e.message}") from None
+        check_text(name, "space", MAX_PARAM_NAME, error=SpaceError)
         where = f"space.{name}"
         if not isinstance(d, dict):
             raise SpaceError(where, "must be an object with a 'type'")
