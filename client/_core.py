@@ -149,6 +149,7 @@ class Attempts(Generic[T]):
         self.tries = 0
         self.maybe_applied = False  # an earlier try may have reached the server
         self.gave_up = False  # the final response is a retryable one we stopped retrying
+        self.answered = False  # the final response is an error status the call reads as its answer
         self.started = policy.clock()
 
     def _label(self) -> str:
@@ -198,7 +199,8 @@ class Attempts(Generic[T]):
     def after_response(self, response: httpx.Response) -> float | None:
         """None when ``response`` is the answer to read; else the wait before the next try."""
         self.tries += 1
-        if self.call.answer_if is not None and self.call.answer_if(response):
+        self.answered = self.call.answer_if is not None and self.call.answer_if(response)
+        if self.answered:
             return None
         if response.status_code in RETRY_STATUSES and self.call.safety is Safety.IDEMPOTENT:
             wait = self._next_wait(parse_retry_after(response.headers.get("Retry-After")))
@@ -212,7 +214,7 @@ class Attempts(Generic[T]):
         status = response.status_code
         if status == 404 and self.call.gone_means_done and self.maybe_applied:
             return self.call.parse(httpx.Response(204, request=response.request))
-        if status >= 400 and not (self.call.answer_if is not None and self.call.answer_if(response)):
+        if status >= 400 and not self.answered:
             error = error_from_response(response)
             if self.gave_up:
                 error.message = f"{error.message} ({self._label()}: {self._gave_up()})"
