@@ -86,16 +86,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lagging = await anyio.to_thread.run_sync(storage.studies_needing_fit)
         for study_id in lagging:  # tells that landed after the last fit before a restart
             fits.request(study_id)
-        reaper = asyncio.create_task(_housekeeping(app.state.studies, fits, settings.reaper_interval_seconds))
+        housekeeping = asyncio.create_task(
+            _housekeeping(app.state.studies, fits, settings.reaper_interval_seconds))
         log.info("calibo %s ready: %s, %d fit worker(s), %d studies queued for a refit",
                  __version__, storage.engine.url.render_as_string(hide_password=True), settings.workers,
                  len(lagging))
         try:
             yield
         finally:
-            reaper.cancel()
+            housekeeping.cancel()
             with suppress(asyncio.CancelledError):
-                await reaper
+                await housekeeping
             await anyio.to_thread.run_sync(fits.close)
             storage.close()
 

@@ -125,9 +125,10 @@ class BodyLimit:
         self.app = app
         self.max_bytes = max_bytes
         self.timeout = timeout
+        self.too_large = f"the request body is larger than {max_bytes} bytes"
 
     def _too_large(self) -> HTTPException:
-        return HTTPException(413, f"the request body is larger than {self.max_bytes} bytes", headers=CLOSE)
+        return HTTPException(413, self.too_large, headers=CLOSE)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
@@ -144,8 +145,7 @@ class BodyLimit:
                                      CLOSE)(scope, receive, send)
                 return
             if size > self.max_bytes:
-                e = self._too_large()
-                await error_response(413, "too_large", e.detail, "body", CLOSE)(scope, receive, send)
+                await error_response(413, "too_large", self.too_large, "body", CLOSE)(scope, receive, send)
                 return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
