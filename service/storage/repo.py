@@ -125,9 +125,11 @@ class StudyTx:
 
     # ----------------------------------------------------------------- reads
     def running_trials(self) -> list[RunningTrial]:
+        # sorted here, not by ORDER BY: that made SQLite walk the (study_id, number) index over every
+        # trial of the study (1.7 ms at 5000 trials) instead of the (study_id, state) one (0.3 ms)
         q = (select(TrialRow.id, TrialRow.number, TrialRow.params, TrialRow.asked_at, TrialRow.heartbeat_at)
-             .where(TrialRow.study_id == self.study.id, TrialRow.state == "running").order_by(TrialRow.number))
-        return [RunningTrial(*r) for r in self.session.execute(q)]
+             .where(TrialRow.study_id == self.study.id, TrialRow.state == "running"))
+        return sorted((RunningTrial(*r) for r in self.session.execute(q)), key=lambda t: t.number)
 
     def finished_keys_since(self, seq: int) -> list[tuple[str, int]]:
         """``(key, finish_seq)`` of every trial finished after position ``seq`` (0: all of them)."""
