@@ -78,7 +78,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
         storage = await anyio.to_thread.run_sync(lambda: Storage(
             settings.database_url, migrate=settings.migrate, connect_timeout=settings.db_timeout_seconds))
-        fits = FitPool(storage, settings.database_url, workers=settings.workers, retries=settings.fit_retries)
+        fits = FitPool(storage, settings.database_url, workers=settings.workers, retries=settings.fit_retries,
+                       device=settings.device)
         app.state.storage = storage
         app.state.fits = fits
         app.state.studies = StudyService(settings, storage, fits)

@@ -33,6 +33,10 @@ class Settings(BaseSettings):
         description="default bound on how long an ask waits for a fit covering the latest tells "
         "(studies override it with settings.ask_wait_seconds)",
     )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="where fits of torch surrogates run: auto (CUDA when torch sees a GPU), cpu, "
+        "or cuda (the CPU, with the reason logged, when there is none or a CUDA error occurs)",
+    )
     fit_retries: int = Field(3, ge=0, description="retries of a crashed fit before giving up until the next tell")
     api_tokens: str = Field(
         "", description="comma-separated `token` or `token:role` (role write, the default, or read); "

@@ -36,7 +36,7 @@ def test_a_slightly_shifted_copy_is_picked_by_deterministic_scores(name: str) ->
     assert pick(name, Q, best=float(np.median(shape))) == 1
 
 
-@pytest.mark.parametrize("name", ["ts", "obs"])
+@pytest.mark.parametrize("name", ["ts", "its", "obs"])
 def test_stochastic_scores_pick_a_dominating_candidate_for_every_draw(name: str) -> None:
     rng = np.random.default_rng(4)
     Q = np.sort(rng.normal(size=(30, L)), axis=1) + 5.0
@@ -196,3 +196,16 @@ def test_fit_and_select_are_symmetric_in_direction(name: str, n: int) -> None:
 def test_unknown_acquisition() -> None:
     with pytest.raises(ValueError):
         acq.score("nope", np.zeros((2, L)), LEVELS, best=0.0, rng=np.random.default_rng(0))
+
+
+def test_its_draws_follow_the_linearly_interpolated_quantile_function() -> None:
+    # one row repeated: the fraction of draws below each calibrated quantile is its level,
+    # and draws between two knots are uniform (linear interpolation of the quantile function)
+    q = np.sort(np.random.default_rng(5).normal(size=L) * 3)
+    Q = np.tile(q, (200_000, 1))
+    draws = acq.its(Q, LEVELS, np.random.default_rng(6))
+    below = (draws[:, None] <= q[None, :]).mean(axis=0)
+    np.testing.assert_allclose(below, LEVELS, atol=0.004)
+    inner = draws[(draws > q[4]) & (draws < q[5])]
+    np.testing.assert_allclose(np.mean(inner), (q[4] + q[5]) / 2, atol=0.01 * (q[5] - q[4]) + 1e-3)
+    assert draws.min() >= q[0] - (q[1] - q[0]) / (LEVELS[1] - LEVELS[0]) * LEVELS[0] - 1e-9

@@ -34,6 +34,7 @@ from ..engine.limits import (
     MAX_PARAMS,
     OPEN_RANGES,
     SETTING_RANGES,
+    SURROGATE_CHOICES,
     SURROGATE_OPTIONS,
     bad_text,
 )
@@ -148,17 +149,25 @@ def _option(key: str) -> tuple[Any, Any]:
     return _bounded(key, JsonInt if kind == "int" else Real, lo, hi, what=what)
 
 
+def _choice(key: str) -> tuple[Any, Any]:
+    takers = {n: o[key] for n, o in SURROGATE_CHOICES.items() if key in o}
+    words = tuple(dict.fromkeys(w for ws in takers.values() for w in ws))
+    what = "; ".join(f"{n}: {', '.join(ws)}" for n, ws in takers.items())
+    return Literal[words] | None, Field(None, description=what)  # type: ignore[valid-type]
+
+
 SurrogateOptions = create_model(
     "SurrogateOptions", __config__=ConfigDict(extra="forbid"),
     __doc__="options of the study's surrogate (each only for the surrogates its description names)",
     **{key: _option(key) for opts in SURROGATE_OPTIONS.values() for key in opts},
+    **{key: _choice(key) for opts in SURROGATE_CHOICES.values() for key in opts},
 )
 
 StudySettings = create_model(
     "StudySettings", __config__=ConfigDict(extra="forbid"),
     __doc__="engine and service settings; null or absent means the default (see the study view)",
     adapter=(Literal[ADAPTERS] | None, Field(None, description="dtaci (default), aci or none")),  # type: ignore[valid-type]
-    conformal=(Literal[CONFORMAL_MODES] | None, Field(None, description="adaptive (default), split, cv+ or raw")),  # type: ignore[valid-type]
+    conformal=(Literal[CONFORMAL_MODES] | None, Field(None, description="adaptive (default: raw, then CV+, then split), split, cv+, crossval (CrossVal-CP), jab+ (Jackknife+-after-bootstrap) or raw")),  # type: ignore[valid-type]
     levels=(Annotated[list[Real], Field(min_length=2, max_length=int(SETTING_RANGES["n_levels"][1]))] | None,
             Field(None, description="explicit quantile levels: even count, increasing, symmetric about 0.5, "
                   "inside (0, 1); replaces n_levels")),
@@ -216,9 +225,10 @@ class SurrogateStatus(BaseModel):
     snapshot_version: int | None = Field(description="newest stored fit; null before the first")
     fitted_on: int = Field(description="completed trials that fit saw")
     lag: int = Field(description="completed trials told since that fit")
-    method: str | None = Field(description="raw, cv+ or split")
+    method: str | None = Field(description="raw, cv+, split, crossval or jab+")
     fitted_at: datetime | None
     fit_seconds: float | None
+    device: str | None = Field(description="where that fit trained: cpu or cuda (torch surrogates)")
     last_error: str | None
     fitting: bool = Field(description="a fit of this study is running in this server's pool")
     queued: bool = Field(description="another fit will follow it")

@@ -10,6 +10,10 @@ quantiles at the study's levels, sorted along each row.
 * ``ts``: Thompson sampling (paper 002, eq. 12-13): per candidate draw a level
   index uniformly and take that calibrated quantile. With equal-mass levels
   this is discretised inverse-CDF sampling.
+* ``its``: independent Thompson sampling (BANANAS-CP thesis, 3.4.1): per
+  candidate one draw ``u ~ U(0, 1)`` from the distribution whose quantile
+  function interpolates the calibrated quantiles linearly (3.3, tails to levels
+  0 and 1 as below): a continuous version of ``ts``.
 * ``obs``: optimistic Bayesian sampling (paper 002, 3.2): the TS draw floored
   by the conditional expectation, ``max(E[Y|x], Y_x)`` for maximisation, i.e.
   ``min`` here.
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-ACQUISITIONS = ("obs", "ts", "ucb", "ei", "pi", "mean")
+ACQUISITIONS = ("obs", "ts", "its", "ucb", "ei", "pi", "mean")
 
 
 def _knots(Q: np.ndarray, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -51,6 +55,16 @@ def ucb(Q: np.ndarray, levels: np.ndarray, pair: int = 0) -> np.ndarray:
 def ts(Q: np.ndarray, levels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     j = rng.integers(0, Q.shape[1], Q.shape[0])
     return Q[np.arange(Q.shape[0]), j]
+
+
+def its(Q: np.ndarray, levels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One draw per candidate from the linearly interpolated quantile function."""
+    q, p = _knots(Q, levels)
+    u = rng.random(Q.shape[0])
+    k = np.clip(np.searchsorted(p, u, side="right") - 1, 0, p.size - 2)  # segment of each draw
+    rows = np.arange(Q.shape[0])
+    t = (u - p[k]) / (p[k + 1] - p[k])
+    return q[rows, k] + t * (q[rows, k + 1] - q[rows, k])
 
 
 def obs(Q: np.ndarray, levels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -95,6 +109,8 @@ def score(
         return obs(Q, levels, rng)
     if name == "ts":
         return ts(Q, levels, rng)
+    if name == "its":
+        return its(Q, levels, rng)
     if name == "ucb":
         return ucb(Q, levels, ucb_pair)
     if name == "mean":

@@ -26,6 +26,26 @@ For split this is ``Q_lo(x) - q`` and ``Q_hi(x) + q`` with ``q`` the
 be an infinite bound; for ranking candidates it is clamped to the extreme
 point, while coverage (``covered_below``) uses the exact rule.
 
+Scaled scores. A surrogate whose uncertainty is a point estimate and a spread
+``V(x)`` (``model.scaled``: ACHO's locally weighted estimators, the BANANAS
+ensemble) has its scores divided by the spread at the calibration point,
+``D_i / V(X_i)`` (ACHO eq. 17, BANANAS eq. 3.4), and its intervals widened by
+the spread at the candidate: ``lo(x) - V(x) q`` and ``hi(x) + V(x) q`` (ACHO
+eq. 18). With raw pairs ``mu +- V c`` this is exactly ``mu +- V q_{1-a}(|y -
+mu| / V)``. Every other surrogate has ``V = 1``.
+
+Two more ways to get calibration scores without holding data out (BANANAS-CP
+thesis, section 3.2.2-3.2.3):
+
+* ``crossval`` (CrossVal-CP, Alg. 4): K fold models, each scoring its held-out
+  fold; the shown model is the average of the K fold models and the interval is
+  split's rule over the n out-of-fold scores.
+* ``jab+`` (Jackknife+-after-bootstrap, Alg. 5): B models on bootstrap
+  resamples; observation ``i`` is scored by the average of the models whose
+  resample left it out (points in every resample are not scored); the shown
+  model is the average of all B and the interval is split's rule over those
+  scores.
+
 Schedule (paper 002, section 5.1 and 6.3): raw quantiles below
 ``conformalize_from`` (32) observations, CV+ (K = 5) below ``split_from`` (50),
 split conformal after.
@@ -41,7 +61,8 @@ from sklearn.model_selection import KFold
 
 from .surrogates.base import BaseSurrogate
 
-METHODS = ("raw", "split", "cv+")
+METHODS = ("raw", "split", "cv+", "crossval", "jab+")
+SPLIT_RULE = ("split", "crossval", "jab+")  # one shown model, lo(x) - V(x) q and hi(x) + V(x) q
 
 
 def midpoint_levels(m: int) -> np.ndarray:
@@ -72,19 +93,45 @@ def schedule(n: int, conformalize_from: int = 32, split_from: int = 50, mode: st
     """Which conformal method a fit on ``n`` observations uses."""
     if mode == "raw" or n < conformalize_from:
         return "raw"
-    if mode in ("split", "cv+"):
+    if mode in METHODS:
         return mode
     if mode != "adaptive":
         raise ValueError(f"unknown conformal mode {mode!r}")
     return "cv+" if n < split_from else "split"
 
 
-def scores(q: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Non-conformity scores, one column per pair: ``q`` is (n, L) at the points ``y``."""
+def scores(q: np.ndarray, y: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
+    """Non-conformity scores, one column per pair: ``q`` is (n, L) at the points ``y``.
+
+    ``scale`` (n,): the model's spread at those points; the scores are divided by it.
+    """
     L = q.shape[1]
     lo = q[:, : L // 2]
     hi = q[:, L - 1 : L // 2 - 1 : -1]
-    return np.maximum(lo - y[:, None], y[:, None] - hi)
+    d = np.maximum(lo - y[:, None], y[:, None] - hi)
+    return d if scale is None else d / scale[:, None]
+
+
+def model_scores(model: BaseSurrogate, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``scores`` of a fitted model at ``(X, y)``, normalised when the model is scaled."""
+    return scores(model.predict_quantiles(X), y, model.predict_scale(X) if model.scaled else None)
+
+
+class Average:
+    """The mean of fitted members' quantiles (and spreads): CrossVal-CP's and JaB+'s shown model."""
+
+    def __init__(self, members: list[BaseSurrogate]) -> None:
+        self.members = members
+        self.levels = members[0].levels
+        self.scaled = members[0].scaled
+        self.ran_on = members[0].ran_on
+        self.fitted = True
+
+    def predict_quantiles(self, X: np.ndarray) -> np.ndarray:
+        return np.sort(np.mean([m.predict_quantiles(X) for m in self.members], axis=0), axis=1)
+
+    def predict_scale(self, X: np.ndarray) -> np.ndarray:
+        return np.mean([m.predict_scale(X) for m in self.members], axis=0)
 
 
 @dataclass
@@ -92,10 +139,14 @@ class ConformalFit:
     """What ``conformalize`` produced: the model(s) and the calibration scores."""
 
     method: str
-    model: BaseSurrogate  # predicts the raw quantiles shown for a candidate
+    model: BaseSurrogate | Average  # predicts the raw quantiles shown for a candidate
     scores: np.ndarray | None  # (n_cal, P)
     fold_models: list[BaseSurrogate] | None = None  # CV+ only
     fold_of: np.ndarray | None = None  # (n_cal,) fold index of each score, CV+ only
+
+    @property
+    def scaled(self) -> bool:
+        return bool(self.model.scaled) and self.method != "raw"
 
 
 def conformalize(
@@ -107,6 +158,7 @@ def conformalize(
     *,
     k_folds: int = 5,
     cal_fraction: float = 0.25,
+    n_bootstraps: int = 20,
 ) -> ConformalFit:
     if method == "raw":
         return ConformalFit("raw", make().fit(X, y), None)
@@ -117,9 +169,9 @@ def conformalize(
         n_cal = max(2, int(round(cal_fraction * n)))
         cal, tr = perm[:n_cal], perm[n_cal:]
         model = make().fit(X[tr], y[tr])
-        return ConformalFit("split", model, scores(model.predict_quantiles(X[cal]), y[cal]))
-    if method == "cv+":
-        full = make().fit(X, y)
+        return ConformalFit("split", model, model_scores(model, X[cal], y[cal]))
+    if method in ("cv+", "crossval"):
+        full = make().fit(X, y)  # tunes the hyperparameters the folds reuse
         k = min(k_folds, n)
         fold_of = np.empty(n, dtype=int)
         fold_models, sc = [], np.empty((n, full.levels.size // 2))
@@ -127,9 +179,46 @@ def conformalize(
             m = full.fold_clone().fit(X[tr], y[tr])
             fold_models.append(m)
             fold_of[te] = f
-            sc[te] = scores(m.predict_quantiles(X[te]), y[te])
+            sc[te] = model_scores(m, X[te], y[te])
+        if method == "crossval":
+            return ConformalFit("crossval", Average(fold_models), sc)
         return ConformalFit("cv+", full, sc, fold_models, fold_of)
+    if method == "jab+":
+        return _jackknife_after_bootstrap(make, X, y, rng, n_bootstraps)
     raise ValueError(f"unknown conformal method {method!r}")
+
+
+def _jackknife_after_bootstrap(make: Callable[[], BaseSurrogate], X: np.ndarray, y: np.ndarray,
+                               rng: np.random.Generator, B: int) -> ConformalFit:
+    """Thesis Alg. 5: B bootstrap models; each point scored by the mean of those that left it out."""
+    n = X.shape[0]
+    proto = make().fit(X, y)  # tunes the hyperparameters the bootstrap models reuse
+    members, q_sum, s_sum = [], 0.0, 0.0
+    left_out = np.zeros((B, n), dtype=bool)
+    for b in range(B):
+        idx = rng.integers(0, n, n)
+        if np.unique(idx).size < 2:  # a resample of one distinct point cannot be fitted
+            idx[: 2] = rng.permutation(n)[:2]
+        left_out[b] = ~np.isin(np.arange(n), idx)
+        m = proto.fold_clone().fit(X[idx], y[idx])
+        members.append(m)
+        out = left_out[b]
+        if out.any():  # only the points this model never saw are predicted
+            q = np.zeros((n, proto.levels.size))
+            q[out] = m.predict_quantiles(X[out])
+            q_sum = q_sum + q
+            if proto.scaled:
+                v = np.zeros(n)
+                v[out] = m.predict_scale(X[out])
+                s_sum = s_sum + v
+    count = left_out.sum(axis=0)
+    scored = count > 0  # points in every resample have no leave-out estimate and are not scored
+    if scored.sum() < 2:
+        return ConformalFit("raw", Average(members), None)
+    c = count[scored][:, None]
+    q_loo = np.sort(np.asarray(q_sum)[scored] / c, axis=1)
+    scale = np.asarray(s_sum)[scored] / c[:, 0] if proto.scaled else None
+    return ConformalFit("jab+", Average(members), scores(q_loo, y[scored], scale))
 
 
 # ----------------------------------------------------------------- intervals
@@ -144,7 +233,9 @@ def _order_index(alpha: np.ndarray | float, n: int) -> tuple[np.ndarray, np.ndar
 class Bounds:
     """Sorted point sets per candidate and pair; intervals at any alpha by indexing.
 
-    ``raw`` is (N, L) raw quantiles; for CV+ ``fold_raw`` is (K, N, L). The
+    ``raw`` is (N, L) raw quantiles; for CV+ ``fold_raw`` is (K, N, L). For a
+    scaled surrogate ``scale`` (N,) (and, for CV+, ``fold_scale`` (K, N)) is
+    its spread at each candidate, which multiplies the (normalised) scores. The
     sort is done once (lazily) and reused by every select at any alpha.
     """
 
@@ -155,28 +246,34 @@ class Bounds:
         scores: np.ndarray | None = None,
         fold_raw: np.ndarray | None = None,
         fold_of: np.ndarray | None = None,
+        scale: np.ndarray | None = None,
+        fold_scale: np.ndarray | None = None,
     ) -> None:
         self.method = method
         self.raw = raw
         self.scores = scores
         self.fold_raw = fold_raw
         self.fold_of = fold_of
+        self.scale = scale
+        self.fold_scale = fold_scale
         L = raw.shape[1]
         self.P = L // 2
         self._sorted: list[tuple[np.ndarray, np.ndarray]] | None = None
-        if method == "split":
+        if method in SPLIT_RULE:
             self._sorted_scores = np.sort(scores, axis=0)  # (n, P)
 
     def _points(self, j: int, rows: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
         """Unsorted lower/upper point sets (N, n) for pair ``j``."""
         L = self.raw.shape[1]
         D = self.scores[:, j]
-        if self.method == "split":
+        if self.method in SPLIT_RULE:
             lo, hi = self.raw[rows, j], self.raw[rows, L - 1 - j]
-            return lo[:, None] - D[None, :], hi[:, None] + D[None, :]
+            w = D[None, :] if self.scale is None else self.scale[rows][:, None] * D[None, :]
+            return lo[:, None] - w, hi[:, None] + w
         lo = self.fold_raw[:, rows, j][self.fold_of].T  # (N, n)
         hi = self.fold_raw[:, rows, L - 1 - j][self.fold_of].T
-        return lo - D[None, :], hi + D[None, :]
+        w = D[None, :] if self.fold_scale is None else self.fold_scale[:, rows][self.fold_of].T * D[None, :]
+        return lo - w, hi + w
 
     def points(self, row: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Sorted point sets of one candidate for every pair (stored with a prediction)."""
@@ -196,11 +293,12 @@ class Bounds:
         n = self.scores.shape[0]
         for j in range(self.P):
             i_lo, i_hi = _order_index(alphas[j], n)
-            if self.method == "split":
-                # floor(a(n+1))-th smallest of lo - D == lo - (n+1-that)-th smallest D
+            if self.method in SPLIT_RULE:
+                # floor(a(n+1))-th smallest of lo - V D == lo - V (n+1-that)-th smallest D
                 s = self._sorted_scores[:, j]
-                out[:, j] = self.raw[:, j] - s[n - 1 - i_lo]
-                out[:, L - 1 - j] = self.raw[:, L - 1 - j] + s[i_hi]
+                v = 1.0 if self.scale is None else self.scale
+                out[:, j] = self.raw[:, j] - v * s[n - 1 - i_lo]
+                out[:, L - 1 - j] = self.raw[:, L - 1 - j] + v * s[i_hi]
             else:
                 if self._sorted is None:
                     self._sorted = [tuple(np.sort(p, axis=1) for p in self._points(k)) for k in range(self.P)]

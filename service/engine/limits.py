@@ -36,10 +36,11 @@ SETTING_RANGES: dict[str, tuple[float, float]] = {
     "cal_fraction": (0.0, 1.0),  # exclusive at both ends
     "aci_gamma": (0.0, 1.0),  # exclusive at both ends
     "diversity": (0.0, 1.0),  # exclusive at the top
+    "n_bootstraps": (2, 100),
 }
 OPEN_RANGES = {"cal_fraction": (True, True), "aci_gamma": (True, True), "diversity": (False, True)}
 INT_SETTINGS = ("n_levels", "n_warmup", "conformalize_from", "split_from", "n_candidates", "top_k",
-                "cv_folds", "dtaci_window")
+                "cv_folds", "dtaci_window", "n_bootstraps")
 
 # Options each surrogate takes in ``surrogate_options``: (kind, lowest, highest).
 SURROGATE_OPTIONS: dict[str, dict[str, tuple[str, float, float]]] = {
@@ -48,8 +49,25 @@ SURROGATE_OPTIONS: dict[str, dict[str, tuple[str, float, float]]] = {
     "qrf": {"n_estimators": ("int", 1, 1000), "min_samples_leaf": ("int", 1, 100),
             "max_features": ("float", 0.01, 1.0)},
     "ql": {"alpha": ("float", 0.0, 10.0)},
-    "qgp": {"max_opt_points": ("int", 10, 2000)},
+    "qgp": {"max_opt_points": ("int", 10, 2000), "exact_up_to": ("int", 100, 100_000),
+            "inducing_points": ("int", 16, 4096)},
     "qe": {"k_folds": ("int", 2, 10), "penalty": ("float", 0.0, 1.0)},
+    "lw-gbm": {"n_estimators": ("int", 1, 2000), "learning_rate": ("float", 1e-4, 1.0),
+               "num_leaves": ("int", 2, 256), "val_fraction": ("float", 0.1, 0.9)},
+    "lw-rf": {"n_estimators": ("int", 1, 1000), "min_samples_leaf": ("int", 1, 100),
+              "val_fraction": ("float", 0.1, 0.9)},
+    "lw-knn": {"n_neighbors": ("int", 1, 100), "val_fraction": ("float", 0.1, 0.9)},
+    "mlp-ensemble": {"members": ("int", 1, 64), "hidden": ("int", 4, 1024), "layers": ("int", 1, 6),
+                     "epochs": ("int", 10, 5000), "lr": ("float", 1e-5, 1.0),
+                     "weight_decay": ("float", 0.0, 1.0)},
+    "mlp-quantile": {"hidden": ("int", 4, 1024), "layers": ("int", 1, 6), "epochs": ("int", 10, 5000),
+                     "lr": ("float", 1e-5, 1.0), "weight_decay": ("float", 0.0, 1.0)},
+    "gp-recal": {"max_opt_points": ("int", 10, 2000), "max_splits": ("int", 4, 2000)},
+}
+# Options that take one of a few words: {surrogate: {option: choices}}.
+SURROGATE_CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
+    "qgp": {"backend": ("auto", "sklearn", "torch")},
+    "gp-recal": {"splits": ("loo", "timeseries")},
 }
 
 
@@ -85,11 +103,16 @@ def check_surrogate_options(surrogate: str, options: Any) -> dict[str, Any]:
     if not isinstance(options, dict):
         raise ConfigError("surrogate_options", "must be an object")
     allowed = SURROGATE_OPTIONS.get(surrogate, {})
+    choices = SURROGATE_CHOICES.get(surrogate, {})
     for key, v in options.items():
         where = f"surrogate_options.{key}"
+        if key in choices:
+            if not isinstance(v, str) or v not in choices[key]:
+                raise ConfigError(where, f"must be one of {list(choices[key])}")
+            continue
         if key not in allowed:
             raise ConfigError(where, f"not an option of surrogate {surrogate!r} "
-                                     f"(it takes {sorted(allowed) or 'none'})")
+                                     f"(it takes {sorted(set(allowed) | set(choices)) or 'none'})")
         kind, lo, hi = allowed[key]
         ok = _is_int(v) if kind == "int" else _is_real(v)
         if not ok or not lo <= v <= hi:

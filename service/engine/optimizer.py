@@ -19,6 +19,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from . import acquisition as acq
+from . import device as devices
 from .adaptive import ADAPTERS, AdaptiveState, new_state, state_from_dict, state_to_dict
 from .candidates import candidate_set
 from .conformal import (
@@ -36,7 +37,7 @@ from .space import ParamError, SearchSpace
 from .surrogates import SURROGATES, make_surrogate
 
 DIRECTIONS = ("minimize", "maximize")
-CONFORMAL_MODES = ("adaptive", "split", "cv+", "raw")
+CONFORMAL_MODES = ("adaptive", "split", "cv+", "crossval", "jab+", "raw")
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class EngineConfig:
     surrogate: str = "qgp"  # chosen by benchmarks/search.py; paper 002 picked QE, measured slower and worse here
     acquisition: str = "pi"  # chosen by benchmarks/search.py (README, "Search quality")
     adapter: str = "dtaci"  # dtaci | aci | none
-    conformal: str = "adaptive"  # adaptive (CV+ then split) | split | cv+ | raw
+    conformal: str = "adaptive"  # adaptive (CV+ then split) | split | cv+ | crossval | jab+ | raw
     n_levels: int = 10  # equal-mass quantile levels; pairs give 90/70/50/30/10% intervals
     levels: tuple[float, ...] | None = None  # explicit symmetric grid instead of n_levels
     n_warmup: int = 15
@@ -57,6 +58,7 @@ class EngineConfig:
     mutation_fraction: float = 0.5
     cv_folds: int = 5
     cal_fraction: float = 0.25
+    n_bootstraps: int = 20  # bootstrap models of jab+
     aci_gamma: float = 0.05  # ACI learning rate; a 100-trial horizon needs a fast one
     dtaci_window: int = 50
     ucb_pair: int = 0  # 0 = the widest interval's optimistic end
@@ -153,19 +155,32 @@ def fit(
     direction: str = "minimize",
     seed: int = 0,
     candidates: np.ndarray | None = None,
+    device: str | None = None,
 ) -> Snapshot:
     """Train, conformalize and score a fresh candidate set. Deterministic in its inputs.
 
     ``candidates`` (snapped unit rows) replaces the drawn candidate set, e.g. to
-    score given configurations.
+    score given configurations. ``device`` (``auto | cpu | cuda``, default
+    ``CALIBO_DEVICE`` or auto) is where torch surrogates train; a CUDA error
+    refits on the CPU, and ``meta`` says where the fit ran and why it fell back.
     """
+    where, why = devices.resolve(device)
     # The matrices here are small (n <= a few thousand): multithreaded BLAS only
     # adds spin-waiting, badly so when the cores are shared (7x slower measured).
     with threadpool_limits(1, user_api="blas"):
-        return _fit(observations, space, config, direction, seed, candidates)
+        try:
+            snap = _fit(observations, space, config, direction, seed, candidates, where)
+        except Exception as e:
+            if where != "cuda" or not devices.is_cuda_error(e):
+                raise
+            why = f"CUDA failed, refitted on the CPU: {type(e).__name__}: {str(e)[:300]}"
+            snap = _fit(observations, space, config, direction, seed, candidates, "cpu")
+    if why:
+        snap.meta["device_fallback"] = why
+    return snap
 
 
-def _fit(observations, space, config, direction, seed, candidates) -> Snapshot:
+def _fit(observations, space, config, direction, seed, candidates, device) -> Snapshot:
     t0 = time.perf_counter()
     sign = _sign(direction)
     n = len(observations)
@@ -180,10 +195,11 @@ def _fit(observations, space, config, direction, seed, candidates) -> Snapshot:
     fit_seed = int(rng.integers(2**31))
 
     def make():
-        return make_surrogate(config.surrogate, levels, fit_seed, **config.surrogate_options)
+        return make_surrogate(config.surrogate, levels, fit_seed, device=device,
+                              **config.surrogate_options)
 
     cf = conformalize(make, X, y, method, fit_seed, k_folds=config.cv_folds,
-                      cal_fraction=config.cal_fraction)
+                      cal_fraction=config.cal_fraction, n_bootstraps=config.n_bootstraps)
     if candidates is None:
         cand = candidate_set(space, U, y, rng, n_candidates=config.n_candidates, top_k=config.top_k,
                              mutation_fraction=config.mutation_fraction)
@@ -195,9 +211,13 @@ def _fit(observations, space, config, direction, seed, candidates) -> Snapshot:
         return a.astype(np.float32).astype(np.float64)
 
     raw = f32(cf.model.predict_quantiles(Xc))
-    fold_raw = None
+    fold_raw = scale = fold_scale = None
     if cf.fold_models is not None:
         fold_raw = f32(np.stack([m.predict_quantiles(Xc) for m in cf.fold_models]))
+    if cf.scaled:
+        scale = f32(cf.model.predict_scale(Xc))
+        if cf.fold_models is not None:
+            fold_scale = f32(np.stack([m.predict_scale(Xc) for m in cf.fold_models]))
     return Snapshot(
         n_obs=n,
         method=method,
@@ -209,8 +229,11 @@ def _fit(observations, space, config, direction, seed, candidates) -> Snapshot:
         scores=cf.scores,
         fold_raw=fold_raw,
         fold_of=cf.fold_of,
+        scale=scale,
+        fold_scale=fold_scale,
         surrogate=config.surrogate,
         fit_seconds=time.perf_counter() - t0,
+        meta={"device": cf.model.ran_on},
     )
 
 
@@ -337,7 +360,7 @@ def select(
     near = np.zeros(cand.shape[0], dtype=bool)
     if pending:
         near = _within(cand, pend_unit, radius)
-    stochastic = config.acquisition in ("ts", "obs")
+    stochastic = config.acquisition in ("ts", "its", "obs")
     sc = acq.score(config.acquisition, Q, snapshot.levels, best=snapshot.best, rng=rng,
                    ucb_pair=config.ucb_pair)
     rows: list[int] = []

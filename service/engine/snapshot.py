@@ -21,7 +21,9 @@ from .conformal import Bounds
 from .space import SearchSpace
 
 FORMAT_VERSION = 1
-_ARRAYS = ("levels", "candidates", "raw", "scores", "fold_raw", "fold_of", "observed")
+_ARRAYS = ("levels", "candidates", "raw", "scores", "fold_raw", "fold_of", "observed", "scale",
+           "fold_scale")
+_FLOAT32 = ("raw", "fold_raw", "scale", "fold_scale")  # per-candidate model outputs
 
 
 @dataclass
@@ -36,6 +38,8 @@ class Snapshot:
     scores: np.ndarray | None = None  # (n_cal, P)
     fold_raw: np.ndarray | None = None  # (K, N, L), CV+
     fold_of: np.ndarray | None = None  # (n_cal,), CV+
+    scale: np.ndarray | None = None  # (N,) spread of a scaled surrogate (scores are normalised by it)
+    fold_scale: np.ndarray | None = None  # (K, N), CV+ of a scaled surrogate
     surrogate: str = ""
     fit_seconds: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
@@ -51,7 +55,8 @@ class Snapshot:
     @property
     def bounds(self) -> Bounds:
         if self._bounds is None:
-            self._bounds = Bounds(self.method, self.raw, self.scores, self.fold_raw, self.fold_of)
+            self._bounds = Bounds(self.method, self.raw, self.scores, self.fold_raw, self.fold_of,
+                                  self.scale, self.fold_scale)
         return self._bounds
 
     # ----------------------------------------------------------- (de)serialise
@@ -62,7 +67,7 @@ class Snapshot:
             a = getattr(self, name)
             if a is None:
                 continue
-            if name in ("raw", "fold_raw"):
+            if name in _FLOAT32:
                 a = a.astype(np.float32)
             arrays[name] = a
         header = {
@@ -91,7 +96,7 @@ class Snapshot:
                 raise ValueError("the header is not an object")
             if header.get("format") != FORMAT_VERSION:
                 raise ValueError(f"unsupported snapshot format {header.get('format')!r}")
-            for name in ("raw", "fold_raw"):
+            for name in _FLOAT32:
                 if name in arrays:
                     arrays[name] = arrays[name].astype(np.float64)
             return cls(
@@ -108,6 +113,8 @@ class Snapshot:
                 scores=arrays.get("scores"),
                 fold_raw=arrays.get("fold_raw"),
                 fold_of=arrays.get("fold_of"),
+                scale=arrays.get("scale"),
+                fold_scale=arrays.get("fold_scale"),
             )
         except ValueError as e:
             raise ValueError(f"not a calibo snapshot: {e}") from e

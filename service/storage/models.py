@@ -98,5 +98,6 @@ class SnapshotRow(Base):
     n_obs: Mapped[int] = mapped_column(Integer)
     method: Mapped[str] = mapped_column(String(16))
     fit_seconds: Mapped[float] = mapped_column(Double)
+    device: Mapped[str | None] = mapped_column(String(16), nullable=True)  # where the fit trained
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     data: Mapped[bytes] = mapped_column(Blob)

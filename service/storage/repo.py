@@ -86,6 +86,7 @@ class StudyInfo:
     best_trial: dict[str, Any] | None = None
     fit_seconds: float | None = None
     fit_method: str | None = None
+    fit_device: str | None = None
 
 
 @dataclass
@@ -325,11 +326,11 @@ class Storage:
                     info.best_trial = {"id": best.id, "number": best.number, "params": best.params,
                                        "value": best.value}
             snap = s.execute(
-                select(SnapshotRow.fit_seconds, SnapshotRow.method)
+                select(SnapshotRow.fit_seconds, SnapshotRow.method, SnapshotRow.device)
                 .where(SnapshotRow.study_id == study_id, SnapshotRow.version == row.snapshot_version)
             ).first()
             if snap is not None:
-                info.fit_seconds, info.fit_method = snap
+                info.fit_seconds, info.fit_method, info.fit_device = snap
             return info
 
     def list_studies(self, limit: int = 100, offset: int = 0, name: str | None = None
@@ -471,7 +472,7 @@ class Storage:
             return FitInputs(row[0], [(p, float(v)) for p, v in obs], row[1])
 
     def save_snapshot(self, study_id: int, *, n_obs: int, method: str, fit_seconds: float,
-                      data: bytes) -> int | None:
+                      data: bytes, device: str | None = None) -> int | None:
         """Store a fit's snapshot if it is newer than the study's; return its version."""
         try:
             with self.locked(study_id) as tx:
@@ -480,7 +481,8 @@ class Storage:
                     return None
                 version = st.snapshot_version + 1
                 tx.session.add(SnapshotRow(study_id=study_id, version=version, n_obs=n_obs, method=method,
-                                           fit_seconds=fit_seconds, created_at=now(), data=data))
+                                           fit_seconds=fit_seconds, device=device, created_at=now(),
+                                           data=data))
                 st.snapshot_version = version
                 st.snapshot_n_obs = n_obs
                 st.fitted_at = now()

@@ -81,6 +81,7 @@ def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool]) -
             "method": info.fit_method,
             "fitted_at": info.fitted_at,
             "fit_seconds": info.fit_seconds,
+            "device": info.fit_device,
             "last_error": info.fit_error,
             **fit,
         },

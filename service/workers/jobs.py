@@ -21,12 +21,20 @@ from ..storage import Storage
 log = logging.getLogger("calibo.workers")
 
 _storage: Storage | None = None  # per worker process, made by ``init_process``
+_device: str | None = None  # CALIBO_DEVICE of this process's fits (None: the environment's, or auto)
 FIT_NICENESS = 10
 
 
-def init_process(database_url: str) -> None:
+def set_device(device: str | None) -> None:
+    """Where this process's torch fits run: ``auto | cpu | cuda`` (see ``engine.device``)."""
+    global _device
+    _device = device
+
+
+def init_process(database_url: str, device: str | None = None) -> None:
     """Process-pool initializer: one database connection pool per worker process."""
     global _storage
+    set_device(device)
     # Ctrl-C in a terminal reaches the whole process group: the server shuts the pool
     # down itself, so a worker must not die mid-fit (and log a failure) on SIGINT.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -69,9 +77,12 @@ def fit_study(study_id: int, storage: Storage | None = None, save: bool = True) 
     n = len(inputs.observations)
     if n < max(config.n_warmup, 4) or n <= inputs.snapshot_n_obs:
         return {"study_id": study_id, "status": "current", "n_obs": inputs.snapshot_n_obs}
-    snap = fit(inputs.observations, SearchSpace.from_dict(d["space"]), config, d["direction"], d["seed"])
+    snap = fit(inputs.observations, SearchSpace.from_dict(d["space"]), config, d["direction"], d["seed"],
+               device=_device)
     result = {"study_id": study_id, "status": "fitted", "n_obs": n, "fit_seconds": snap.fit_seconds,
-              "method": snap.method}
+              "method": snap.method, "device": snap.meta.get("device", "cpu")}
+    if snap.meta.get("device_fallback"):
+        result["device_fallback"] = snap.meta["device_fallback"]
     if not save:
         return result | {"snapshot": snap.to_bytes()}
     return store(storage, result | {"snapshot": snap.to_bytes()})
@@ -82,8 +93,11 @@ def store(storage: Storage, result: dict[str, Any]) -> dict[str, Any]:
     data = result.pop("snapshot", None)
     if data is None:
         return result
+    if result.get("device_fallback"):
+        log.warning("study %s: %s", result["study_id"], result["device_fallback"])
     version = storage.save_snapshot(result["study_id"], n_obs=result["n_obs"], method=result["method"],
-                                    fit_seconds=result["fit_seconds"], data=data)
+                                    fit_seconds=result["fit_seconds"], data=data,
+                                    device=result.get("device", "cpu"))
     log.debug("study %s: fitted on %d observations in %.3f s (version %s)",
               result["study_id"], result["n_obs"], result["fit_seconds"], version)
     return result | {"status": "fitted" if version else "superseded", "version": version}

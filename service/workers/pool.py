@@ -30,7 +30,7 @@ from typing import Any
 from ..errors import Unavailable
 from ..logs import Throttled
 from ..storage import Storage
-from .jobs import fit_study, init_process, store
+from .jobs import fit_study, init_process, set_device, store
 
 log = logging.getLogger("calibo.workers")
 _outage = Throttled(log, 10.0)
@@ -50,9 +50,14 @@ class FitPool:
     """Coalescing fit scheduler over a process pool (or a thread, with ``workers=0``)."""
 
     def __init__(self, storage: Storage, database_url: str, workers: int = 1, retries: int = 3,
-                 backoff: float = 0.5, job: Callable[..., dict[str, Any]] = fit_study) -> None:
-        """``job(study_id[, storage=...])`` is the fit (a module-level function, for pickling)."""
+                 backoff: float = 0.5, job: Callable[..., dict[str, Any]] = fit_study,
+                 device: str | None = None) -> None:
+        """``job(study_id[, storage=...])`` is the fit (a module-level function, for pickling).
+
+        ``device`` (``auto | cpu | cuda``) is where the fit processes train torch surrogates.
+        """
         self.storage = storage
+        self.device = device
         self.job = job
         self.database_url = database_url
         self.workers = workers
@@ -68,11 +73,12 @@ class FitPool:
 
     def _make_executor(self) -> Executor:
         if self.workers == 0:
+            set_device(self.device)
             return ThreadPoolExecutor(1, thread_name_prefix="calibo-fit")
         # spawn: the API process runs threads (uvicorn, SQLAlchemy pools) that fork would copy mid-state
         ctx = multiprocessing.get_context("spawn")
         return ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=init_process,
-                                   initargs=(self.database_url,))
+                                   initargs=(self.database_url, self.device))
 
     def _job(self) -> Callable[[int], dict[str, Any]]:
         if self.workers == 0:

@@ -21,12 +21,14 @@ SURROGATES: dict[str, type[BaseSurrogate]] = {
 }
 
 
-def make_surrogate(name: str, levels: Sequence[float], seed: int = 0, **options: Any) -> BaseSurrogate:
+def make_surrogate(name: str, levels: Sequence[float], seed: int = 0, device: str = "cpu",
+                   **options: Any) -> BaseSurrogate:
+    """An unfitted surrogate; torch families train on ``device`` ("cpu" or "cuda")."""
     try:
         cls = SURROGATES[name]
     except KeyError:
         raise ValueError(f"unknown surrogate {name!r}; choose from {sorted(SURROGATES)}") from None
-    return cls(levels, seed, **options)
+    return cls(levels, seed, device=device, **options)
 
 
 __all__ = ["SURROGATES", "BaseSurrogate", "QuantileSurrogate", "make_surrogate", "QE", "QGBM", "QGP", "QL", "QRF"]

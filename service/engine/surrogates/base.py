@@ -4,6 +4,16 @@ Every surrogate is built for a fixed, sorted grid of quantile levels (some
 families, e.g. gradient boosting, train one model per level). ``y`` is
 standardised here once so each family sees a unit-scale target, and the
 returned quantiles are sorted along the level axis (quantile-crossing repair).
+
+Two optional parts of the protocol:
+
+* ``device``: torch surrogates train on it (``"cpu"`` or ``"cuda"``); the fit
+  worker picks it per fit (``engine.device``), the others ignore it.
+* ``scaled``: a surrogate whose uncertainty is a point estimate and a spread
+  (ACHO's locally weighted estimators, the BANANAS ensemble) sets it and
+  implements ``_scale``; the conformal layer then divides its scores by the
+  spread (ACHO eq. 17, BANANAS eq. 3.4) and widens intervals by the spread
+  times the score quantile (ACHO eq. 18).
 """
 
 from __future__ import annotations
@@ -25,6 +35,9 @@ class QuantileSurrogate(Protocol):
     def fold_clone(self) -> QuantileSurrogate: ...
 
 
+MIN_SCALE = 1e-6  # floor of a spread estimate, in units of the target's standard deviation
+
+
 class BaseSurrogate(ABC):
     """Shared plumbing: level checks, target scaling, crossing repair.
 
@@ -33,13 +46,17 @@ class BaseSurrogate(ABC):
     """
 
     name = "base"
+    scaled = False  # True: ``_scale`` gives a spread and conformal scores are normalised by it
 
-    def __init__(self, levels: Sequence[float], seed: int = 0, **options: Any) -> None:
+    def __init__(self, levels: Sequence[float], seed: int = 0, device: str = "cpu",
+                 **options: Any) -> None:
         lv = np.asarray(sorted(float(x) for x in levels))
         if lv.size == 0 or lv[0] <= 0.0 or lv[-1] >= 1.0:
             raise ValueError("quantile levels must lie strictly inside (0, 1)")
         self.levels = lv
         self.seed = int(seed)
+        self.device = str(device)
+        self.ran_on = "cpu"  # where the last fit trained: torch families set it to their device
         self.options = options
         self._mu = 0.0
         self._sd = 1.0
@@ -52,7 +69,7 @@ class BaseSurrogate(ABC):
         hyperparameters to the clone so that folds only refit, as CV+ and
         stacking need K extra fits per refit.
         """
-        return type(self)(self.levels, self.seed, **self.options)
+        return type(self)(self.levels, self.seed, device=self.device, **self.options)
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> Self:
         X = np.asarray(X, dtype=float)
@@ -74,6 +91,19 @@ class BaseSurrogate(ABC):
         q = self._predict(np.asarray(X, dtype=float))
         q = np.sort(q, axis=1)  # quantile-crossing repair
         return q * self._sd + self._mu
+
+    def predict_scale(self, X: np.ndarray) -> np.ndarray:
+        """(n,) spread in the target's units (scaled surrogates); ones for the others."""
+        if not self.fitted:
+            raise RuntimeError(f"{self.name} surrogate is not fitted")
+        X = np.asarray(X, dtype=float)
+        if not self.scaled:
+            return np.ones(X.shape[0])
+        return np.maximum(np.asarray(self._scale(X), float), MIN_SCALE) * self._sd
+
+    def _scale(self, X: np.ndarray) -> np.ndarray:
+        """(n,) spread of the standardised target; scaled surrogates override it."""
+        raise NotImplementedError
 
     @abstractmethod
     def _fit(self, X: np.ndarray, z: np.ndarray) -> None:

@@ -57,14 +57,14 @@ class QE(BaseSurrogate):
             return [p.fold_clone() for p in self._protos]
         from . import make_surrogate
 
-        return [make_surrogate(b, self.levels, self.seed) for b in self.bases]
+        return [make_surrogate(b, self.levels, self.seed, device=self.device) for b in self.bases]
 
     def fold_clone(self) -> QE:
         """Folds reuse the fitted stacking weights and the bases' tuned settings."""
         if not self.fitted:
-            return QE(self.levels, self.seed, self.bases, **self.options)
+            return QE(self.levels, self.seed, self.bases, device=self.device, **self.options)
         return QE(self.levels, self.seed, self.bases, weights=self.weights_,
-                  protos=self._models, **self.options)
+                  protos=self._models, device=self.device, **self.options)
 
     def _fit(self, X: np.ndarray, z: np.ndarray) -> None:
         self._models = [b.fit(X, z) for b in self._make_bases()]

@@ -24,13 +24,14 @@ from .base import BaseSurrogate
 class QGP(BaseSurrogate):
     name = "qgp"
 
-    def __init__(self, levels, seed: int = 0, kernel: Kernel | None = None, **options) -> None:
-        super().__init__(levels, seed, **options)
+    def __init__(self, levels, seed: int = 0, kernel: Kernel | None = None, device: str = "cpu",
+                 **options) -> None:
+        super().__init__(levels, seed, device=device, **options)
         self._fixed_kernel = kernel
 
     def fold_clone(self) -> QGP:
         kernel = self._gp.kernel_ if self.fitted else self._fixed_kernel
-        return QGP(self.levels, self.seed, kernel=kernel, **self.options)
+        return QGP(self.levels, self.seed, kernel=kernel, device=self.device, **self.options)
 
     def _fit(self, X: np.ndarray, z: np.ndarray) -> None:
         d = X.shape[1]

@@ -1,0 +1,46 @@
+"""Where a fit runs: ``CALIBO_DEVICE=auto|cpu|cuda`` resolved per fit.
+
+``auto`` picks CUDA when torch sees a GPU and the CPU otherwise; ``cuda``
+without a GPU is the CPU too (with the reason), so a setting never loses a fit.
+torch is imported only when asked about CUDA: the scikit-learn surrogates
+never pay for it.
+"""
+
+from __future__ import annotations
+
+import os
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a server dependency
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def resolve(preference: str | None = None) -> tuple[str, str | None]:
+    """``(device, why_not)``: the device to fit on, and why it is not the one asked for."""
+    pref = (preference or os.environ.get("CALIBO_DEVICE") or "auto").strip().lower()
+    if pref not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, not {pref!r}")
+    if pref == "cpu":
+        return "cpu", None
+    if cuda_available():
+        return "cuda", None
+    return "cpu", ("CALIBO_DEVICE=cuda but torch sees no GPU" if pref == "cuda" else None)
+
+
+def is_cuda_error(exc: BaseException) -> bool:
+    """Whether ``exc`` came from CUDA (out of memory, a driver or kernel error)."""
+    try:
+        import torch
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    text = f"{type(exc).__name__}: {exc}"
+    return isinstance(exc, RuntimeError) and any(
+        k in text for k in ("CUDA", "cuda", "cuDNN", "CUBLAS", "cublas", "NCCL", "device-side"))
