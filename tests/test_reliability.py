@@ -102,6 +102,10 @@ def test_an_unexpected_error_answers_500_and_the_connection_stays_usable(srv: Li
     ({"surrogate_options": {"n_estimators": 10**7}}, "settings.surrogate_options.n_estimators"),
     ({"surrogate_options": {"kernel": "rbf"}}, "settings.surrogate_options.kernel"),
     ({"surrogate_options": {"num_leaves": 8}}, "settings.surrogate_options.num_leaves"),  # qgbm's, not qgp's
+    ({"surrogate_options": {"backend": "jax"}}, "settings.surrogate_options.backend"),
+    ({"surrogate_options": {"splits": "loo"}}, "settings.surrogate_options.splits"),  # gp-recal's
+    ({"conformal": "jackknife"}, "settings.conformal"),
+    ({"n_bootstraps": 1}, "settings.n_bootstraps"),
     ({"heartbeat_timeout_seconds": 0}, "settings.heartbeat_timeout_seconds"),
 ])
 def test_engine_settings_outside_their_range_are_refused(http: httpx.Client, settings: dict, field: str) -> None:

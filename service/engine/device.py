@@ -2,8 +2,8 @@
 
 ``auto`` picks CUDA when torch sees a GPU and the CPU otherwise; ``cuda``
 without a GPU is the CPU too (with the reason), so a setting never loses a fit.
-torch is imported only when asked about CUDA: the scikit-learn surrogates
-never pay for it.
+torch is imported only when an NVIDIA driver is present: on a machine without
+one, the scikit-learn surrogates never pay for importing it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,13 @@ import os
 DEVICES = ("auto", "cpu", "cuda")
 
 
+_DRIVER_FILES = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/nvidia0")
+
+
 def cuda_available() -> bool:
+    """Whether torch can use a GPU; without an NVIDIA driver, answered without importing torch."""
+    if not any(os.path.exists(p) for p in _DRIVER_FILES):
+        return False  # importing torch (1-2 s) only to hear "no" would slow every first fit
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a server dependency
