@@ -65,6 +65,27 @@ def test_bytes_round_trip_selects_identically(n: int) -> None:
     assert_same_predictions(x, y)
 
 
+@pytest.mark.parametrize("conformal", ["crossval", "jab+", "cv+", "split"])
+def test_scaled_surrogate_snapshots_keep_their_spread(conformal: str) -> None:
+    # a scaled surrogate's snapshot carries its spread per candidate (and per CV+ fold):
+    # the round trip selects and calibrates identically at any alpha
+    cfg = EngineConfig(surrogate="lw-knn", n_candidates=200, conformal=conformal, n_bootstraps=5)
+    snap = fit(observations(60), SPACE, cfg, seed=2)
+    assert snap.method == conformal and snap.scale is not None and np.all(snap.scale > 0)
+    assert (snap.fold_scale is not None) == (conformal == "cv+")
+    back = Snapshot.from_bytes(snap.to_bytes())
+    for name in ("scale", "fold_scale", "scores", "raw"):
+        a, b = getattr(snap, name), getattr(back, name)
+        assert (a is None and b is None) or np.array_equal(a, b), name
+    states = initial_states(cfg)
+    alphas = np.array([0.05, 0.2, 0.4, 0.6, 0.85])
+    np.testing.assert_array_equal(snap.bounds.at(alphas), back.bounds.at(alphas))
+    x = select(snap, states, SPACE, cfg, count=3, asked=60)
+    y = select(back, states, SPACE, cfg, count=3, asked=60)
+    assert [s.params for s in x] == [s.params for s in y]
+    assert_same_predictions(x, y)
+
+
 @pytest.mark.parametrize("acquisition", ["ts", "obs", "ei", "ucb"])
 def test_maximize_snapshot_round_trip(acquisition: str) -> None:
     cfg = EngineConfig(surrogate="qgp", n_candidates=200, acquisition=acquisition)

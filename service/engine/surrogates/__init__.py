@@ -6,6 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .base import BaseSurrogate, QuantileSurrogate
+from .gp_recal import GPRecal
+from .lw import LWGBM, LWKNN, LWRF
+from .mlp import MLPEnsemble, MLPQuantile
 from .qe import QE
 from .qgbm import QGBM
 from .qgp import QGP
@@ -18,6 +21,12 @@ SURROGATES: dict[str, type[BaseSurrogate]] = {
     "ql": QL,
     "qgp": QGP,
     "qe": QE,
+    "lw-gbm": LWGBM,
+    "lw-knn": LWKNN,
+    "lw-rf": LWRF,
+    "gp-recal": GPRecal,
+    "mlp-ensemble": MLPEnsemble,
+    "mlp-quantile": MLPQuantile,
 }
 
 
@@ -31,4 +40,5 @@ def make_surrogate(name: str, levels: Sequence[float], seed: int = 0, device: st
     return cls(levels, seed, device=device, **options)
 
 
-__all__ = ["SURROGATES", "BaseSurrogate", "QuantileSurrogate", "make_surrogate", "QE", "QGBM", "QGP", "QL", "QRF"]
+__all__ = ["SURROGATES", "BaseSurrogate", "QuantileSurrogate", "make_surrogate", "GPRecal", "LWGBM", "LWKNN",
+           "LWRF", "MLPEnsemble", "MLPQuantile", "QE", "QGBM", "QGP", "QL", "QRF"]
