@@ -70,6 +70,26 @@ def mixed(p: dict[str, Any]) -> float:
     return valley + s + off + 0.08 * (p["depth"] - best_depth) ** 2 + 4.0 * (p["dropout"] - drop_c) ** 2
 
 
+# Calibrated BO (paper 004), Table 1: Forrester 1-D, Ackley 2-D, Alpine-1 10-D (Surjanovic & Bingham).
+def forrester(p: dict[str, Any]) -> float:
+    """(6x - 2)^2 sin(12x - 4) on [0, 1]; global minimum -6.02074 at x = 0.75725."""
+    x = p["x"]
+    return (6 * x - 2) ** 2 * math.sin(12 * x - 4)
+
+
+def ackley2(p: dict[str, Any]) -> float:
+    """Ackley (a=20, b=0.2, c=2 pi) in 2-D on [-32.768, 32.768]^2; minimum 0 at the origin."""
+    x = np.array([p["x0"], p["x1"]])
+    return float(-20 * np.exp(-0.2 * np.sqrt(np.mean(x**2))) - np.exp(np.mean(np.cos(2 * np.pi * x)))
+                 + 20 + math.e)
+
+
+def alpine10(p: dict[str, Any]) -> float:
+    """Alpine-1, sum_i |x_i sin(x_i) + 0.1 x_i|, in 10-D on [-10, 10]^10; minimum 0 at the origin."""
+    x = np.array([p[f"x{i}"] for i in range(10)])
+    return float(np.sum(np.abs(x * np.sin(x) + 0.1 * x)))
+
+
 # ----------------------------------------------------------------- real tuning
 @cache
 def _dataset(name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -148,4 +168,7 @@ TASKS: dict[str, Task] = {
         "criterion": {"type": "categorical", "choices": ["gini", "entropy", "log_loss"]},
         "bootstrap": {"type": "categorical", "choices": [True, False]},
     }, rf_breast_cancer, None),
+    "forrester": Task("forrester", {"x": {"type": "float", "low": 0.0, "high": 1.0}}, forrester, -6.020740),
+    "ackley2": Task("ackley2", _floats(["x0", "x1"], -32.768, 32.768), ackley2, 0.0),
+    "alpine10": Task("alpine10", _floats([f"x{i}" for i in range(10)], -10.0, 10.0), alpine10, 0.0),
 }
