@@ -59,11 +59,12 @@ def calibo_config(method: str) -> dict:
     return {"surrogate": sur, "acquisition": acq}
 
 
-def run_calibo(method: str, task_name: str, trials: int, seed: int) -> dict:
+def sequential_study(task_name: str, trials: int, seed: int, config: dict):
+    """One in-process study, one trial in flight: ``(optimizer, values, wall_s, objective_s)``."""
     from service.engine import Optimizer
 
     task = TASKS[task_name]
-    opt = Optimizer(task.space, direction=task.direction, seed=seed, config=calibo_config(method))
+    opt = Optimizer(task.space, direction=task.direction, seed=seed, config=config)
     values, obj_s = [], 0.0
     t0 = time.perf_counter()
     for _ in range(trials):
@@ -73,7 +74,11 @@ def run_calibo(method: str, task_name: str, trials: int, seed: int) -> dict:
         obj_s += time.perf_counter() - t
         opt.tell(s.params, v)
         values.append(v)
-    wall = time.perf_counter() - t0
+    return opt, values, time.perf_counter() - t0, obj_s
+
+
+def run_calibo(method: str, task_name: str, trials: int, seed: int) -> dict:
+    opt, values, wall, obj_s = sequential_study(task_name, trials, seed, calibo_config(method))
     return {"values": values, "wall_s": wall, "overhead_s": wall - obj_s,
             "timings": opt.timings, "surrogate": opt.config.surrogate, "acquisition": opt.config.acquisition}
 
@@ -262,12 +267,7 @@ def print_table(summary: dict, timings: dict | None) -> None:
         vs = f"{t['wins']}/{t['losses']}  p={t['p_less']:.3g}" if t else ""
         print(f"{m:<20}{fmt(f['final_rank'])}{fmt(f['rank_at_50'])}{fmt(f['variant_final_rank'])}"
               f"{f['overhead_ms_per_trial']:>10.1f}  {vs}")
-    print("\nmean final best per task:")
-    tasks = summary["tasks"]
-    print(f"{'method':<20}" + "".join(f"{t[:12]:>13}" for t in tasks))
-    for m in order:
-        fb = fin[m]["final_best"]
-        print(f"{m:<20}" + "".join(f"{fb.get(t, float('nan')):>13.4g}" for t in tasks))
+    print_final_best({m: fin[m]["final_best"] for m in order}, summary["tasks"], "method", 20)
     if timings:
         print(f"\nengine ({timings['surrogate']}): fit at 500 obs {timings['fit_500_s_median']:.3f} s "
               f"({timings['method_at_500']}), fit at 40 obs {timings['fit_40_cvplus_s']:.3f} s "
@@ -275,18 +275,31 @@ def print_table(summary: dict, timings: dict | None) -> None:
               f"{timings['select_2000_ms_median']:.2f} ms median / {timings['select_2000_ms_p99']:.2f} ms p99")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--methods", default=",".join([*SURROGATE_VARIANTS, *ACQ_VARIANTS, *PEERS]))
+def add_run_arguments(ap: argparse.ArgumentParser, out: Path) -> None:
+    """Tasks, seeds, trials, workers and the output / merge / skip files of a search-style run."""
     ap.add_argument("--tasks", default=DEFAULT_TASKS)
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--seed-offset", type=int, default=0)
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--out", default=str(RESULTS / "search.json"))
+    ap.add_argument("--out", default=str(out))
     ap.add_argument("--merge", nargs="*", help="partial result files to combine instead of running")
-    ap.add_argument("--no-timings", action="store_true")
     ap.add_argument("--skip", nargs="*", default=[], help="result files whose runs are not repeated")
+
+
+def print_final_best(final_best: dict[str, dict[str, float]], tasks: list[str], head: str, width: int) -> None:
+    """The mean final best of each row (in the given order) per task."""
+    print("\nmean final best per task:")
+    print(f"{head:<{width}}" + "".join(f"{t[:12]:>13}" for t in tasks))
+    for m, fb in final_best.items():
+        print(f"{m:<{width}}" + "".join(f"{fb.get(t, float('nan')):>13.4g}" for t in tasks))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--methods", default=",".join([*SURROGATE_VARIANTS, *ACQ_VARIANTS, *PEERS]))
+    add_run_arguments(ap, RESULTS / "search.json")
+    ap.add_argument("--no-timings", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
