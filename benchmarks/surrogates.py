@@ -235,6 +235,7 @@ def plot(summary: dict, path: Path) -> None:
     axes[2].barh(range(len(surs)), [fit[s] for s in surs], color="tab:gray")
     axes[2].set_yticks(range(len(surs)), surs)
     axes[2].set_xscale("log")
+    axes[2].xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # decades only: minor labels overlap
     axes[2].invert_yaxis()
     axes[2].set_title("mean seconds per refit (log)", fontsize=9)
     fig.suptitle(f"surrogate x acquisition, red box = default ({summary['default']}); "
