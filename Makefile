@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= server,test
 
 
-.PHONY: run demo test lint bench bench-search bench-service bench-load bench-calibration clean venv
+.PHONY: run demo test lint bench bench-search bench-service bench-load bench-calibration bench-surrogates bench-fit-time bench-calibrated-bo clean venv
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -60,6 +60,19 @@ bench-load: $(BENCH_STAMP)
 
 bench-calibration: $(BENCH_STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/calibration.py --workers $(WORKERS)
+
+# Every surrogate x acquisition (diagonal grid) on search.py's tasks; long: see benchmarks/surrogates.py.
+bench-surrogates: $(BENCH_STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/surrogates.py --workers $(WORKERS)
+
+# Fit time against observations (100 .. 30,000) per surrogate and backend; DEVICE=cuda on a GPU machine.
+DEVICE ?= auto
+bench-fit-time: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/fit_time.py --device $(DEVICE)
+
+# Calibrated BO Table 1 rows: gp vs gp-recal, 10 seeds; ~2 minutes.
+bench-calibrated-bo: $(BENCH_STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/calibrated_bo.py --workers $(WORKERS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
