@@ -77,10 +77,20 @@ def test_other_errors_are_not_swallowed(monkeypatch: pytest.MonkeyPatch) -> None
         fit(observations(40), SPACE, cfg, device="cuda")
 
 
-def test_the_study_view_says_where_the_fit_ran(http: httpx.Client) -> None:
-    s = create(http, BRANIN, settings={"n_warmup": 5})
+@pytest.mark.parametrize("surrogate,conformal", [("qgp", None), ("mlp-ensemble", "jab+"),
+                                                 ("lw-knn", "crossval"), ("gp-recal", "split")])
+def test_the_study_view_says_where_the_fit_ran(http: httpx.Client, surrogate: str, conformal: str | None) -> None:
+    # every family fits in the server's fit process (torch ones import it there, lazily) and the
+    # next ask is served from its conformalized snapshot
+    settings = {"n_warmup": 5, "conformalize_from": 5, "n_bootstraps": 4} | (
+        {"conformal": conformal} if conformal else {})
+    s = create(http, BRANIN, surrogate=surrogate, settings=settings)
     for _ in range(6):
         t = ask(http, s["id"])[0]
         assert tell(http, s["id"], t["id"], value=float(t["params"]["x1"] ** 2)).status_code == 200
     st = wait_fitted(http, s["id"], 6)
     assert st["device"] == "cpu", st
+    if conformal:
+        assert st["method"] == conformal, st
+        pred = ask(http, s["id"])[0]["prediction"]
+        assert pred["surrogate"] == surrogate and pred["method"] == conformal
