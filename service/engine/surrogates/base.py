@@ -98,12 +98,12 @@ class BaseSurrogate(ABC):
             raise RuntimeError(f"{self.name} surrogate is not fitted")
         X = np.asarray(X, dtype=float)
         if not self.scaled:
-            return np.ones(X.shape[0])
+            return self._scale(X)
         return np.maximum(np.asarray(self._scale(X), float), MIN_SCALE) * self._sd
 
     def _scale(self, X: np.ndarray) -> np.ndarray:
-        """(n,) spread of the standardised target; scaled surrogates override it."""
-        raise NotImplementedError
+        """(n,) spread of the standardised target: one (plain CQR scores) unless a family is scaled."""
+        return np.ones(X.shape[0])
 
     @abstractmethod
     def _fit(self, X: np.ndarray, z: np.ndarray) -> None:

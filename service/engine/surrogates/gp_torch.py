@@ -41,10 +41,7 @@ itself draws nothing, so a fit is reproducible on CPU.
 from __future__ import annotations
 
 import math
-import os
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import gpytorch
@@ -55,32 +52,14 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from linear_operator.utils.errors import NanError, NotPSDError
 from scipy.optimize import minimize
 
+from ..device import torch_threads
+
 LENGTHSCALE_BOUNDS = (1e-2, 1e2)
 OUTPUTSCALE_BOUNDS = (1e-2, 1e2)
 NOISE_BOUNDS = (1e-6, 1.0)
 INIT = {"lengthscale": 0.5, "outputscale": 1.0, "noise": 1e-2}
 PRED_CHUNK = 2048  # test rows per predictive batch: bounds the (chunk, n) cross-covariance
 DTYPE = torch.float64
-
-
-@contextmanager
-def cpu_threads(device: str) -> Iterator[None]:
-    """One intra-op torch thread for a CPU fit (``CALIBO_TORCH_THREADS`` overrides), restored after.
-
-    As the scikit-learn path runs under one BLAS thread: the fit worker runs
-    fits side by side, and OpenMP threads on shared cores spin-wait at every
-    barrier (measured: a 150-point tuning 0.3 s on one thread, 0.5 to 3.3 s on
-    two while another process held a core).
-    """
-    if device != "cpu":
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(os.environ.get("CALIBO_TORCH_THREADS", "1"))))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _log_positive() -> Positive:
@@ -272,7 +251,7 @@ class TorchGP:
     def moments(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Predictive mean and sd of an observation (noise included), standardised units."""
         means, sds = [], []
-        with cpu_threads(self.device), torch.no_grad(), warnings.catch_warnings():
+        with torch_threads(self.device), torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", gpytorch.utils.warnings.GPInputWarning)
             for start in range(0, X.shape[0], PRED_CHUNK):
                 Xt = torch.as_tensor(X[start:start + PRED_CHUNK], dtype=DTYPE, device=self.device)
@@ -287,7 +266,7 @@ class TorchGP:
 def fit(X: np.ndarray, z: np.ndarray, *, seed: int, device: str, max_opt_points: int, exact_up_to: int,
         inducing_points: int, hyper: dict[str, Any] | None = None) -> TorchGP:
     """Tune (unless ``hyper`` is given, as for a CV fold: then it only solves) and condition on all points."""
-    with cpu_threads(device):
+    with torch_threads(device):
         if hyper is None:
             hyper = tune(X, z, seed=seed, max_opt_points=max_opt_points, device=device)
         return TorchGP(X, z, hyper, device=device, seed=seed, exact_up_to=exact_up_to,

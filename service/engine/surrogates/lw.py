@@ -50,6 +50,7 @@ data allows and only matters before the conformal schedule starts.
 from __future__ import annotations
 
 import warnings
+from abc import abstractmethod
 
 import lightgbm as lgb
 import numpy as np
@@ -58,6 +59,7 @@ from sklearn.model_selection import KFold
 from sklearn.neighbors import KNeighborsRegressor
 
 from .base import BaseSurrogate
+from .qgbm import lightgbm_params
 
 MIN_PART = 3  # fewest points in the sub-training and in the sub-validation part
 SCALE_FLOOR = 0.1  # V >= this fraction of the mean sub-validation absolute residual
@@ -70,8 +72,9 @@ class _LocallyWeighted(BaseSurrogate):
 
     scaled = True
 
+    @abstractmethod
     def _make_point(self, X: np.ndarray, z: np.ndarray):  # -> fitted model with .predict
-        raise NotImplementedError
+        """The family's regressor, fitted on ``(X, z)``."""
 
     def _make_spread(self, X: np.ndarray, r: np.ndarray):
         return self._make_point(X, r)
@@ -135,25 +138,8 @@ class LWGBM(_LocallyWeighted):
     name = "lw-gbm"
 
     def _make_point(self, X: np.ndarray, z: np.ndarray) -> _Booster:
-        n = X.shape[0]
-        params = {
-            "objective": "regression",
-            "learning_rate": float(self.options.get("learning_rate", 0.1)),
-            "num_leaves": int(self.options.get("num_leaves", 8)),
-            "min_data_in_leaf": max(2, min(20, n // 10)),
-            "min_data_in_bin": 1,
-            "max_bin": 63,
-            "feature_fraction": 0.9,
-            "bagging_fraction": 0.9 if n >= 20 else 1.0,
-            "bagging_freq": 1 if n >= 20 else 0,
-            "lambda_l2": 1e-3,
-            "num_threads": 1,
-            "force_col_wise": True,
-            "deterministic": True,
-            "seed": self.seed,
-            "verbose": -1,
-            "feature_pre_filter": False,
-        }
+        params = lightgbm_params("regression", X.shape[0], self.seed, self.options) | {
+            "feature_pre_filter": False}
         ds = lgb.Dataset(X, z, params=params)
         rounds = int(self.options.get("n_estimators", 50))
         return _Booster(lgb.train(params, ds, num_boost_round=rounds))

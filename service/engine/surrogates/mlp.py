@@ -58,14 +58,12 @@ overrides), as the GP's torch path: the fit worker runs fits side by side.
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 from scipy.stats import norm
 
+from ..device import torch_threads
 from .base import BaseSurrogate
 
 BATCH = 4096  # rows per optimizer step; more observations are split into minibatches
@@ -77,22 +75,6 @@ CONSTANT = 1e-12  # a target whose range is below this is constant: no net is tr
 ENSEMBLE_DEFAULTS = {"members": 5, "hidden": 32, "layers": 2, "epochs": 200, "lr": 1e-2,
                      "weight_decay": 0.01}
 QUANTILE_DEFAULTS = {"hidden": 32, "layers": 2, "epochs": 150, "lr": 1e-2, "weight_decay": 0.01}
-
-
-@contextmanager
-def torch_threads(device: str) -> Iterator[None]:
-    """One intra-op torch thread for a CPU fit (``CALIBO_TORCH_THREADS`` overrides), restored after."""
-    import torch
-
-    if device != "cpu":
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(os.environ.get("CALIBO_TORCH_THREADS", "1"))))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def init_stack(members: int, sizes: list[int], gen: Any, device: str) -> list[Any]:

@@ -8,27 +8,32 @@ import numpy as np
 from .base import BaseSurrogate
 
 
+def lightgbm_params(objective: str, n: int, seed: int, options: dict) -> dict:
+    """LightGBM settings for ``n`` observations: small, deterministic, one thread (QGBM, LW-GBM)."""
+    return {
+        "objective": objective,
+        "learning_rate": options.get("learning_rate", 0.1),
+        "num_leaves": options.get("num_leaves", 8),
+        "min_data_in_leaf": max(2, min(20, n // 10)),
+        "min_data_in_bin": 1,
+        "max_bin": 63,
+        "feature_fraction": 0.9,
+        "bagging_fraction": 0.9 if n >= 20 else 1.0,
+        "bagging_freq": 1 if n >= 20 else 0,
+        "lambda_l2": 1e-3,
+        "num_threads": 1,
+        "force_col_wise": True,
+        "deterministic": True,
+        "seed": seed,
+        "verbose": -1,
+    }
+
+
 class QGBM(BaseSurrogate):
     name = "qgbm"
 
     def _params(self, n: int) -> dict:
-        return {
-            "objective": "quantile",
-            "learning_rate": self.options.get("learning_rate", 0.1),
-            "num_leaves": self.options.get("num_leaves", 8),
-            "min_data_in_leaf": max(2, min(20, n // 10)),
-            "min_data_in_bin": 1,
-            "max_bin": 63,
-            "feature_fraction": 0.9,
-            "bagging_fraction": 0.9 if n >= 20 else 1.0,
-            "bagging_freq": 1 if n >= 20 else 0,
-            "lambda_l2": 1e-3,
-            "num_threads": 1,
-            "force_col_wise": True,
-            "deterministic": True,
-            "seed": self.seed,
-            "verbose": -1,
-        }
+        return lightgbm_params("quantile", n, self.seed, self.options)
 
     def _fit(self, X: np.ndarray, z: np.ndarray) -> None:
         params = self._params(X.shape[0])
