@@ -55,8 +55,7 @@ class CudaFails(QGP):
 def test_a_cuda_error_refits_on_the_cpu_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(SURROGATES, "cuda-fails", CudaFails)
     monkeypatch.setattr(devices, "cuda_available", lambda: True)
-    cfg = EngineConfig(n_candidates=50)
-    object.__setattr__(cfg, "surrogate", "cuda-fails")
+    cfg = EngineConfig(surrogate="cuda-fails", n_candidates=50)
     snap = fit(observations(40), SPACE, cfg, device="cuda")
     assert snap.meta["device"] == "cpu"
     assert "CUDA failed" in snap.meta["device_fallback"] and "illegal memory" in snap.meta["device_fallback"]
@@ -71,8 +70,7 @@ def test_other_errors_are_not_swallowed(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setitem(SURROGATES, "broken", Broken)
     monkeypatch.setattr(devices, "cuda_available", lambda: True)
-    cfg = EngineConfig(n_candidates=50)
-    object.__setattr__(cfg, "surrogate", "broken")
+    cfg = EngineConfig(surrogate="broken", n_candidates=50)
     with pytest.raises(RuntimeError, match="a bug"):
         fit(observations(40), SPACE, cfg, device="cuda")
 
