@@ -18,17 +18,49 @@ averaged. Everything goes through the engine's fit / select / adapt.
     python benchmarks/calibration.py [--tasks hartmann6,mixed,...] [--seeds 5] [--trials 100]
 
 Writes benchmarks/results/calibration.json and calibration.png.
+
+Crowd rows (``--in-flight 1,8,32``). The engine's default study (EngineConfig(),
+10 levels -> 90/70/50/30/10% intervals) is driven by its real path with K
+trials in flight on a virtual clock: durations lognormal(0, 1), seeded by
+task, seed and K; whenever a trial completes, its outcome is told and a new
+one is asked. Each ask fits on the observations completed by then and calls
+``select(..., pending=<the running configurations>)``; each pair's adaptive
+state is updated when the trial completes (late, out of order). For every
+conformalized prediction the benchmark keeps ``beta = sup{a : y in C(a)}`` per
+pair and variant, and replays the adaptive states on them (``adapt``'s update,
+so the default row is the driver itself): coverage is ``alpha at ask < beta``.
+Variants on the same asked points, the split ones from one fit with
+``conformal="split", shift="fcs"`` per ask (unweighted and weighted bounds):
+
+    default (adaptive + DtACI) | split | split+DtACI | split+FCS | split+FCS+DtACI | default+FCS
+
+Decomposition of the crowd's drift (the same asked sequence throughout):
+(a) late feedback: the default with adapt applied right after each ask, in
+ask order, instead of at completion; (b) stale fit: as (a), with each
+prediction from a fit on every trial asked before it (what a sequential run
+would have known) instead of the completed ones; (c) selection shift: what
+is left, (b) against the sequential (K = 1) row. Calibration gap: the mean
+over pairs of |cumulative coverage - nominal| (coverage pooled over seeds per
+task), averaged over tasks.
+
+    python benchmarks/calibration.py --in-flight 1,8,32 --no-variants --tasks forrester,branin
+
+Writes benchmarks/results/calibration_crowd.json and calibration_crowd.png.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import os
 import sys
 import time
+import zlib
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.tasks import TASKS  # noqa: E402
 from service.engine import EngineConfig, SearchSpace, adapt, fit, initial_states, select  # noqa: E402
 from service.engine import metrics as M  # noqa: E402
+from service.engine.conformal import Bounds, beta_of, pair_alphas  # noqa: E402
 from service.engine.optimizer import warmup_points  # noqa: E402
 
 LEVELS = (0.125, 0.25, 0.375, 0.625, 0.75, 0.875)  # pairs: 75%, 50%, 25% intervals
@@ -157,24 +190,278 @@ def plot(runs: list[dict], summary: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", default="hartmann6,mixed,rf_breast_cancer,lgbm_digits")
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--trials", type=int, default=100)
-    ap.add_argument("--surrogate", default="qgbm")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--out", default=str(RESULTS / "calibration.json"))
-    args = ap.parse_args()
+# ----------------------------------------------------------------------- crowd
+GRID = EngineConfig()  # the study default: 10 levels, pairs 90/70/50/30/10%
+GRID_NOMINAL = 1.0 - pair_alphas(GRID.level_grid)
+# row: (beta key, adapter, feedback) with feedback "late" (at completion) or "now" (right after the ask)
+CROWD_ROWS = {
+    "default (adaptive+DtACI)": ("default", "dtaci", "late"),
+    "(a) default, adapt in ask order": ("default", "dtaci", "now"),
+    "(b) default, fresh fit + ask order": ("fresh", "dtaci", "now"),
+    "default, fresh fit, late adapt": ("fresh", "dtaci", "late"),
+    "split": ("split", "none", "late"),
+    "split+ACI": ("split", "aci", "late"),
+    "split+DtACI": ("split", "dtaci", "late"),
+    "split+FCS": ("split_fcs", "none", "late"),
+    "split+FCS+DtACI": ("split_fcs", "dtaci", "late"),
+    "default+FCS": ("default_fcs", "dtaci", "late"),
+}
+# the driver's own predictions as a client sees them: its interval per pair, or (what the engine
+# showed before intervals were each pair's own conformal set) the pairs of its sorted quantiles
+SHOWN_ROWS = {"default, intervals as shown": "intervals", "default, sorted quantiles (old display)": "quantiles"}
+SPLIT_FCS = EngineConfig(conformal="split", shift="fcs")
+
+
+@dataclass
+class Trial:
+    """One asked trial of a crowd run: what was asked, its outcome, and ``beta`` per variant."""
+
+    params: dict[str, Any]
+    value: float
+    n_done: int  # observations completed when it was asked
+    prediction: dict[str, Any] | None
+    betas: dict[str, list[float]] = field(default_factory=dict)
+    nn_dist: float = float("nan")  # unit-cube distance to the nearest completed observation
+
+
+def durations(task: str, seed: int, k: int, n: int) -> np.ndarray:
+    """Heavy-tailed trial durations, lognormal(0, 1), seeded by task, seed and K."""
+    return np.random.default_rng([zlib.crc32(task.encode()), seed, k, 5]).lognormal(0.0, 1.0, n)
+
+
+def bounds_betas(bounds: Bounds, row: int, y_int: float) -> list[float]:
+    pk = bounds.packed(row)
+    return [beta_of(pk[0, j], pk[1, j], y_int, bounds.weighted) for j in range(bounds.P)]
+
+
+def prediction_betas(pred: dict[str, Any], y_int: float) -> list[float]:
+    pk = np.asarray(pred["points"], dtype=float)
+    return [beta_of(pk[0, j], pk[1, j], y_int, pred.get("shift") == "fcs") for j in range(pk.shape[1])]
+
+
+class CrowdRun:
+    """The default engine driven with ``k`` trials in flight on a virtual clock."""
+
+    def __init__(self, task_name: str, seed: int, k: int, trials: int) -> None:
+        self.task, self.seed, self.k, self.trials = TASKS[task_name], seed, k, trials
+        self.space = SearchSpace.from_dict(self.task.space)
+        self.sign = 1.0 if self.task.direction == "minimize" else -1.0
+        self.states = initial_states(GRID, seed)
+        self.dur = durations(task_name, seed, k, trials)
+        self.asked: list[Trial] = []
+        self.done: list[tuple[dict, float]] = []
+        self.events: list[tuple[str, int]] = []  # ("ask" | "done", trial), in clock order
+
+    def fit(self, obs: list[tuple[dict, float]], config: EngineConfig, pending: list[dict], **kw):
+        return fit(obs, self.space, config, self.task.direction, self.seed, pending=pending, **kw)
+
+    def ask(self, pending: list[dict]) -> Trial:
+        t, done = len(self.asked), self.done
+        snap = self.fit(done, GRID, pending) if len(done) >= GRID.n_warmup else None
+        sug = select(snap, self.states, self.space, GRID, direction=self.task.direction, seed=self.seed,
+                     asked=t, exclude=[p for p, _ in done], pending=pending, n_observed=len(done))[0]
+        trial = Trial(sug.params, float(self.task.objective(sug.params)), len(done), sug.prediction)
+        if done:
+            u = self.space.to_unit([sug.params])
+            trial.nn_dist = float(np.min(np.linalg.norm(self.space.to_unit([p for p, _ in done]) - u, axis=1)))
+        if sug.prediction is not None and sug.prediction["method"] != "raw":
+            self.score(trial, snap, pending)
+        return trial
+
+    def score(self, trial: Trial, snap, pending: list[dict]) -> None:
+        """``beta`` per pair of every variant at the asked point."""
+        y_int = self.sign * trial.value
+        trial.betas["default"] = prediction_betas(trial.prediction, y_int)
+        split = self.fit(self.done, SPLIT_FCS, pending)
+        row = split.candidate_keys().index(self.space.key(trial.params))
+        trial.betas["split_fcs"] = bounds_betas(split.bounds, row, y_int)
+        trial.betas["split"] = bounds_betas(replace(split, cal_weight=None, cand_weight=None).bounds, row, y_int)
+        trial.betas["default_fcs"] = trial.betas["split_fcs" if snap.method == "split" else "default"]
+        if self.k == 1:  # sequential: the completed trials are all the asked ones
+            trial.betas["fresh"] = trial.betas["default"]
+            return
+        before = [(a.params, a.value) for a in self.asked]
+        fresh = self.fit(before, GRID, [], candidates=self.space.to_unit([trial.params]))
+        trial.betas["fresh"] = bounds_betas(fresh.bounds, 0, y_int) if fresh.method != "raw" else trial.betas["default"]
+
+    def run(self) -> CrowdRun:
+        running: list[tuple[float, int]] = []
+        clock = 0.0
+        while len(self.asked) < self.trials or running:
+            while len(running) < self.k and len(self.asked) < self.trials:
+                t = len(self.asked)
+                self.asked.append(self.ask([self.asked[i].params for _, i in running]))
+                self.events.append(("ask", t))
+                heapq.heappush(running, (clock + self.dur[t], t))
+            clock, t = heapq.heappop(running)
+            trial = self.asked[t]
+            self.done.append((trial.params, trial.value))
+            self.states, _ = adapt(self.states, trial.prediction, trial.value)
+            self.events.append(("done", t))
+        return self
+
+
+def replay(run: CrowdRun, key: str, adapter: str, feedback: str) -> np.ndarray:
+    """(T, P) coverage ``alpha at ask < beta`` of the scored trials, adaptive states replayed."""
+    states = initial_states(replace(GRID, adapter=adapter), run.seed)
+    if feedback == "now":
+        events = [(e, t) for t in range(len(run.asked)) for e in ("ask", "done")]
+    else:
+        events = run.events
+    alpha_at: dict[int, np.ndarray] = {}
+    for e, t in events:
+        beta = run.asked[t].betas.get(key)
+        if beta is None:
+            continue
+        if e == "ask":
+            alpha_at[t] = np.array([s.alpha for s in states])
+        else:
+            states = [s.update(b) for s, b in zip(states, beta, strict=True)]
+    scored = sorted(alpha_at)
+    return np.array([alpha_at[t] < np.asarray(run.asked[t].betas[key]) for t in scored], dtype=float)
+
+
+def shown(run: CrowdRun, how: str) -> np.ndarray:
+    """(T, P) coverage of the driver's predictions of the scored trials, as shown at ask."""
+    out = []
+    for trial in (a for a in run.asked if a.betas):
+        pred, y = trial.prediction, trial.value
+        if how == "intervals":
+            out.append([iv["lower"] <= y <= iv["upper"] for iv in pred["intervals"]])
+        else:
+            q = pred["quantiles"]
+            out.append([q[j] <= y <= q[len(q) - 1 - j] for j in range(len(q) // 2)])
+    return np.array(out, dtype=float).reshape(-1, GRID_NOMINAL.size)
+
+
+def crowd_sequence(task_name: str, seed: int, k: int, trials: int) -> dict:
+    run = CrowdRun(task_name, seed, k, trials).run()
+    rows = {}
+    for name, (key, adapter, feedback) in CROWD_ROWS.items():
+        covered = replay(run, key, adapter, feedback)
+        rows[name] = {"coverage": M.coverage(covered).tolist(), "n": int(covered.shape[0])}
+    for name, how in SHOWN_ROWS.items():
+        covered = shown(run, how)
+        rows[name] = {"coverage": M.coverage(covered).tolist(), "n": int(covered.shape[0])}
+    scored = [a for a in run.asked if a.betas]
+    return {
+        "task": task_name, "seed": seed, "k": k, "rows": rows,
+        "nn_dist": float(np.nanmean([a.nn_dist for a in scored])) if scored else float("nan"),
+        "late_by": float(np.mean(feedback_lag(run.events))),
+        "best": (min if run.task.direction == "minimize" else max)(a.value for a in run.asked),
+    }
+
+
+def feedback_lag(events: list[tuple[str, int]]) -> list[int]:
+    """Per trial, how many predictions were made between its ask and its outcome."""
+    asks_so_far, at_ask, lag = 0, {}, []
+    for e, t in events:
+        if e == "ask":
+            at_ask[t] = asks_so_far
+            asks_so_far += 1
+        else:
+            lag.append(asks_so_far - at_ask[t] - 1)
+    return lag
+
+
+def gap(coverage: np.ndarray) -> float:
+    return float(np.mean(np.abs(np.asarray(coverage) - GRID_NOMINAL)))
+
+
+def summarize_crowd(runs: list[dict]) -> dict:
+    tasks = sorted({r["task"] for r in runs})
+    ks = sorted({r["k"] for r in runs})
+    table: dict[str, dict[str, Any]] = {}
+    for name in (*SHOWN_ROWS, *CROWD_ROWS):
+        table[name] = {}
+        for k in ks:
+            per_task = {}
+            for t in tasks:
+                rs = [r for r in runs if r["task"] == t and r["k"] == k and r["rows"][name]["n"]]
+                cov = np.mean([r["rows"][name]["coverage"] for r in rs], axis=0)
+                per_task[t] = {"coverage": cov.tolist(), "gap": gap(cov),
+                               "run_gap": float(np.mean([gap(r["rows"][name]["coverage"]) for r in rs]))}
+            table[name][str(k)] = {"gap": float(np.mean([v["gap"] for v in per_task.values()])),
+                                   "run_gap": float(np.mean([v["run_gap"] for v in per_task.values()])),
+                                   "coverage": np.mean([v["coverage"] for v in per_task.values()], axis=0).tolist(),
+                                   "per_task": per_task}
+    crowd = {str(k): {m: float(np.mean([r[m] for r in runs if r["k"] == k]))
+                      for m in ("nn_dist", "late_by")} for k in ks}
+    return {"tasks": tasks, "k": ks, "table": table, "crowd": crowd}
+
+
+def print_crowd(summary: dict, seeds: int, trials: int) -> None:
+    ks = summary["k"]
+    print(f"\nCrowd calibration gap, mean over pairs of |coverage - nominal| (90/70/50/30/10%), "
+          f"coverage pooled over {seeds} seeds per task, mean over {len(summary['tasks'])} tasks, "
+          f"{trials} trials; per-run gap in brackets")
+    print(f"{'row':<36}" + "".join(f"{'K=' + str(k):>16}" for k in ks)
+          + (f"{'gap(8)/gap(1)':>15}" if {1, 8} <= set(ks) else ""))
+    for name, by_k in summary["table"].items():
+        line = f"{name:<36}" + "".join(f"{by_k[str(k)]['gap']:>9.3f} [{by_k[str(k)]['run_gap']:.3f}]" for k in ks)
+        if {1, 8} <= set(ks):
+            line += f"{by_k['8']['gap'] / max(by_k['1']['gap'], 1e-12):>15.2f}"
+        print(line)
+    for k in ks:
+        cov = summary["table"]["default (adaptive+DtACI)"][str(k)]["coverage"]
+        c = summary["crowd"][str(k)]
+        print(f"K={k}: default coverage {'/'.join(f'{x:.2f}' for x in cov)}; feedback late by "
+              f"{c['late_by']:.1f} predictions; asked point's distance to the nearest observation {c['nn_dist']:.3f}")
+
+
+def plot_crowd(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names, ks = list(summary["table"]), summary["k"]
+    fig, ax = plt.subplots(figsize=(13, 4.5))
+    x = np.arange(len(names))
+    width = 0.8 / len(ks)
+    for i, k in enumerate(ks):
+        ax.bar(x + (i - (len(ks) - 1) / 2) * width, [summary["table"][n][str(k)]["gap"] for n in names],
+               width, label=f"K = {k}")
+    ax.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("calibration gap")
+    ax.set_title("mean |cumulative coverage - nominal| over 5 pairs, mean over tasks")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def run_pool(fn, jobs: list[tuple], workers: int, desc: str) -> list[dict]:
     from tqdm import tqdm
 
-    jobs = [(t, s) for t in args.tasks.split(",") for s in range(args.seeds)]
+    out = []
+    with ProcessPoolExecutor(workers) as pool:
+        futs = [pool.submit(fn, *job) for job in jobs]
+        for f in tqdm(as_completed(futs), total=len(futs), desc=desc):
+            out.append(f.result())
+    return out
+
+
+def run_crowd(args: argparse.Namespace, ks: list[int]) -> None:
     t0 = time.time()
-    runs = []
-    with ProcessPoolExecutor(args.workers) as pool:
-        futs = [pool.submit(run_sequence, t, s, args.trials, args.surrogate) for t, s in jobs]
-        for f in tqdm(as_completed(futs), total=len(futs), desc="calibration runs"):
-            runs.append(f.result())
+    tasks = args.tasks.split(",")
+    jobs = [(t, s, k, args.trials) for t in tasks for s in range(args.seeds) for k in ks]
+    runs = run_pool(crowd_sequence, jobs, args.workers, "crowd runs")
+    runs.sort(key=lambda r: (r["task"], r["k"], r["seed"]))
+    summary = summarize_crowd(runs)
+    print_crowd(summary, args.seeds, args.trials)
+    out = Path(args.crowd_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"tasks": tasks, "seeds": args.seeds, "trials": args.trials, "in_flight": ks,
+            "levels": GRID.level_grid.tolist(), "wall_seconds": time.time() - t0}
+    out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=1))
+    plot_crowd(summary, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+
+
+def run_variants(args: argparse.Namespace) -> None:
+    t0 = time.time()
+    jobs = [(t, s, args.trials, args.surrogate) for t in args.tasks.split(",") for s in range(args.seeds)]
+    runs = run_pool(run_sequence, jobs, args.workers, "calibration runs")
     runs.sort(key=lambda r: (r["task"], r["seed"]))
     summary = summarize(runs)
     tab = summary["rank_table"]
@@ -193,6 +480,26 @@ def main() -> None:
     out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=1))
     plot(runs, summary, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", default="hartmann6,mixed,rf_breast_cancer,lgbm_digits")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--trials", type=int, default=100)
+    ap.add_argument("--surrogate", default="qgbm", help="surrogate of the sequential variants table")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--in-flight", default="1,8,32",
+                    help="K values of the crowd rows, comma-separated; empty: no crowd rows")
+    ap.add_argument("--no-variants", action="store_true", help="skip the sequential variants table")
+    ap.add_argument("--out", default=str(RESULTS / "calibration.json"))
+    ap.add_argument("--crowd-out", default=str(RESULTS / "calibration_crowd.json"))
+    args = ap.parse_args()
+    if not args.no_variants:
+        run_variants(args)
+    ks = [int(k) for k in args.in_flight.split(",") if k.strip()]
+    if ks:
+        run_crowd(args, ks)
 
 
 if __name__ == "__main__":

@@ -89,8 +89,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             fits.request(study_id)
         housekeeping = asyncio.create_task(
             _housekeeping(app.state.studies, fits, settings.reaper_interval_seconds))
-        log.info("calibo %s ready: %s, %d fit worker(s), %d studies queued for a refit",
+        log.info("calibo %s started: %s, %d fit worker(s)%s, %d studies queued for a refit",
                  __version__, storage.engine.url.render_as_string(hide_password=True), settings.workers,
+                 " warming up (/healthz says ready once they are warm)" if settings.workers else "",
                  len(lagging))
         try:
             yield
@@ -119,14 +120,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(CatchAll)
 
     @app.get("/healthz", response_model=Health, tags=["service"], summary="Readiness",
-             description="200 while the database answers (checked at most once a second); 503 with "
-             "Retry-After while it does not. No auth.",
-             responses={503: {"model": Health, "description": "the database is unreachable"}})
+             description="200 while the database answers (checked at most once a second) and every fit "
+             "process is alive and warmed up; 503 with Retry-After while the database does not answer, the "
+             "fit processes warm up (at start, or after one died and was replaced) or none is alive. No auth.",
+             responses={503: {"model": Health, "description": "the database is unreachable, or the fit pool "
+                              "is starting or down"}})
     async def healthz() -> Any:
-        if await app.state.readiness.ok():
-            return {"status": "ok", "database": "ok"}
-        return JSONResponse({"status": "unavailable", "database": "down"}, status_code=503,
-                            headers={"Retry-After": str(settings.retry_after_seconds)})
+        db = await app.state.readiness.ok()
+        pool = app.state.fits.readiness()
+        body = {"status": "ok" if db and pool == "ok" else "unavailable", "database": "ok" if db else "down",
+                "fit_pool": pool}
+        if body["status"] == "ok":
+            return body
+        return JSONResponse(body, status_code=503, headers={"Retry-After": str(settings.retry_after_seconds)})
 
     @app.get("/livez", response_model=Health, response_model_exclude_none=True, tags=["service"],
              summary="Liveness",

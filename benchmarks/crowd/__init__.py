@@ -18,6 +18,7 @@ from benchmarks.crowd.scenarios import (
     run_kill,
     run_load,
     run_outage,
+    study_view,
     timeline,
     warm_up,
 )
@@ -27,5 +28,5 @@ from benchmarks.crowd.verify import read_trials, verify
 __all__ = [
     "RETRY_STATUSES", "TASK", "WARM", "CaliboServer", "Crowd", "HealthMonitor", "PgOutage", "Progress",
     "create_study", "params_key", "read_trials", "run_kill", "run_load", "run_outage", "server_on",
-    "timeline", "verify", "warm_up",
+    "study_view", "timeline", "verify", "warm_up",
 ]

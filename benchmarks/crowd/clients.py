@@ -33,6 +33,7 @@ from benchmarks.tasks import TASKS
 TASK = TASKS["hartmann6"]
 RETRY_STATUSES = frozenset({503})
 Progress = Callable[[int, int], None]  # (acknowledged tells, trials in total)
+AskHook = Callable[[int, dict[str, Any], float], None]  # (slot, trial as answered, crowd time)
 
 
 def params_key(params: dict[str, Any]) -> tuple:
@@ -75,7 +76,10 @@ class Crowd:
                  objective: Callable[[dict[str, Any]], float] = TASK.objective, eval_sleep: float = 0.0,
                  request_deadline: float = 60.0, http_timeout: float = 30.0, max_backoff: float = 2.0,
                  retry_statuses: frozenset[int] = RETRY_STATUSES, seed: int = 0,
-                 worker_prefix: str = "crowd") -> None:
+                 worker_prefix: str = "crowd", duration: Callable[[int], float] | None = None,
+                 on_ask: AskHook | None = None) -> None:
+        """``duration(slot)``: the seconds slot's evaluation sleeps (instead of ``eval_sleep``'s draw);
+        ``on_ask(slot, trial, t)``: called with every trial an ask answered and when (``now()``)."""
         self.base_url = base_url
         self.study_id = study_id
         self.clients = clients
@@ -88,6 +92,8 @@ class Crowd:
         self.retry_statuses = retry_statuses
         self.seed = seed
         self.worker_prefix = worker_prefix
+        self.duration = duration
+        self.on_ask = on_ask
         self.run_id = uuid.uuid4().hex[:12]
 
         self._lock = threading.Condition()
@@ -258,6 +264,8 @@ class Crowd:
             return
         ask_t = self.now()
         trial = r.json()["trials"][0]
+        if self.on_ask is not None:
+            self.on_ask(slot, trial, ask_t)
         tid, params = int(trial["id"]), trial["params"]
         pk = params_key(params)
         with self._lock:
@@ -271,7 +279,9 @@ class Crowd:
             self.in_flight[pk] = tid
         try:
             value = float(self.objective(params))
-            if self.eval_sleep:
+            if self.duration is not None:
+                time.sleep(self.duration(slot))
+            elif self.eval_sleep:
                 time.sleep(self.eval_sleep * m.rng.uniform(0.5, 1.5))
             r = self._request(m, http, "tell", f"/v1/studies/{sid}/trials/{tid}/tell", {"value": value})
             if isinstance(r, str):

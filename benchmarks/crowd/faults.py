@@ -60,13 +60,15 @@ class PgOutage:
 
 
 class HealthMonitor:
-    """Polls ``/healthz`` every ``interval`` seconds on a thread: (time, status, database field)."""
+    """Polls ``/healthz`` every ``interval`` seconds on a thread: ``samples`` (time, status, database
+    field), and ``fit_pool`` (time, its fit_pool field) beside them."""
 
     def __init__(self, base_url: str, clock: Callable[[], float], interval: float = 0.1) -> None:
         self.base_url = base_url
         self.clock = clock
         self.interval = interval
         self.samples: list[tuple[float, int | str, str | None]] = []
+        self.fit_pool: list[tuple[float, str | None]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="healthz")
 
@@ -77,12 +79,14 @@ class HealthMonitor:
                 try:
                     r = c.get("/healthz")
                     try:
-                        db = r.json().get("database")
+                        body = r.json()
                     except ValueError:
-                        db = None
-                    self.samples.append((t, r.status_code, db))
+                        body = {}
+                    self.samples.append((t, r.status_code, body.get("database")))
+                    self.fit_pool.append((t, body.get("fit_pool")))
                 except httpx.HTTPError as e:
                     self.samples.append((t, type(e).__name__, None))
+                    self.fit_pool.append((t, None))
                 self._stop.wait(self.interval)
 
     def __enter__(self) -> HealthMonitor:

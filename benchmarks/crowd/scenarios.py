@@ -21,20 +21,22 @@ from benchmarks.crowd.clients import TASK, Crowd, Progress
 from benchmarks.crowd.faults import HealthMonitor, PgOutage
 from benchmarks.crowd.server import CaliboServer
 from benchmarks.crowd.verify import _get, verify
+from benchmarks.tasks import Task
 
 WARM = 16  # trials told by one client before a crowd starts, so the crowd runs on a fitted surrogate
 
 
-def create_study(base_url: str, name: str, seed: int, settings: dict[str, Any] | None = None) -> int:
+def create_study(base_url: str, name: str, seed: int, settings: dict[str, Any] | None = None,
+                 task: Task = TASK) -> int:
     with httpx.Client(base_url=base_url, timeout=60.0, trust_env=False) as http:
-        r = http.post("/v1/studies", json={"name": name, "space": TASK.space, "direction": TASK.direction,
+        r = http.post("/v1/studies", json={"name": name, "space": task.space, "direction": task.direction,
                                            "seed": seed, "settings": settings or {}})
         if r.status_code not in (200, 201):
             raise RuntimeError(f"create study: {r.status_code}: {r.text[:300]}")
         return int(r.json()["id"])
 
 
-def _view(base_url: str, study_id: int) -> dict[str, Any]:
+def study_view(base_url: str, study_id: int) -> dict[str, Any]:
     with httpx.Client(base_url=base_url, timeout=60.0, trust_env=False) as http:
         return _get(http, f"/v1/studies/{study_id}")
 
@@ -48,7 +50,7 @@ def warm_up(base_url: str, study_id: int, n: int, seed: int, timeout: float = 12
                   **crowd_kw).start()
     crowd.join(timeout)
     deadline = time.monotonic() + timeout
-    while _view(base_url, study_id)["surrogate_status"]["fitted_on"] < n and time.monotonic() < deadline:
+    while study_view(base_url, study_id)["surrogate_status"]["fitted_on"] < n and time.monotonic() < deadline:
         time.sleep(0.1)
     return crowd
 
@@ -131,12 +133,12 @@ def run_kill(server: CaliboServer, *, clients: int, trials: int, seed: int = 0, 
         if not crowd.pause(120):
             raise RuntimeError("the crowd did not go idle in 120 s")
         acked = run.acked()
-        before = _view(base, run.study_id)
+        before = study_view(base, run.study_id)
         res["quiet_kill_at_acked"] = acked
         res["quiet_kill_t"] = round(crowd.now(), 3)
         server.kill()
         res["quiet_restart_s"] = round(server.start(), 3)
-        after = _view(base, run.study_id)
+        after = study_view(base, run.study_id)
         crowd.resume()
         res["state_before"], res["state_after"] = _durable(before), _durable(after)
         res["state_equal"] = _durable(before) == _durable(after)

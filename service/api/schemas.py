@@ -26,6 +26,7 @@ from pydantic import (
 
 from ..engine.acquisition import ACQUISITIONS
 from ..engine.adaptive import ADAPTERS
+from ..engine.crowd import CROWD_MODES
 from ..engine.limits import (
     INT_SETTINGS,
     MAX_CHOICE_TEXT,
@@ -168,6 +169,9 @@ StudySettings = create_model(
     __doc__="engine and service settings; null or absent means the default (see the study view)",
     adapter=(Literal[ADAPTERS] | None, Field(None, description="dtaci (default), aci or none")),  # type: ignore[valid-type]
     conformal=(Literal[CONFORMAL_MODES] | None, Field(None, description="adaptive (default: raw, then CV+, then split), split, cv+, crossval (CrossVal-CP), jab+ (Jackknife+-after-bootstrap) or raw")),  # type: ignore[valid-type]
+    crowd=(Literal[CROWD_MODES] | None, Field(None, description="how running trials condition a choice: "  # type: ignore[valid-type]
+           "believer (default; GP surrogates: spread conditioned on the running points, others penalize), "
+           "penalize (local penalisation with the model's Lipschitz constant) or radius (fixed diversity radius)")),
     levels=(Annotated[list[Real], Field(min_length=2, max_length=int(SETTING_RANGES["n_levels"][1]))] | None,
             Field(None, description="explicit quantile levels: even count, increasing, symmetric about 0.5, "
                   "inside (0, 1); replaces n_levels")),
@@ -338,3 +342,6 @@ class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     database: Literal["ok", "down"] | None = Field(
         None, description="readiness: whether the database answered (checked at most once a second)")
+    fit_pool: Literal["ok", "starting", "down"] | None = Field(
+        None, description="readiness: every fit process alive and warmed up (ok), some still warming up "
+        "(starting: at start, or after a dead one was replaced), or none alive (down)")

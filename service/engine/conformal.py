@@ -59,10 +59,11 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.model_selection import KFold
 
+from .shift import SPLIT_RULE, WeightedScores, pack, weighted_beta, weighted_interval
 from .surrogates.base import BaseSurrogate
 
 METHODS = ("raw", "split", "cv+", "crossval", "jab+")
-SPLIT_RULE = ("split", "crossval", "jab+")  # one shown model, lo(x) - V(x) q and hi(x) + V(x) q
+# SPLIT_RULE (from shift): one shown model, lo(x) - V(x) q and hi(x) + V(x) q
 
 
 def midpoint_levels(m: int) -> np.ndarray:
@@ -143,6 +144,7 @@ class ConformalFit:
     scores: np.ndarray | None  # (n_cal, P)
     fold_models: list[BaseSurrogate] | None = None  # CV+ only
     fold_of: np.ndarray | None = None  # (n_cal,) fold index of each score, CV+ only
+    cal_index: np.ndarray | None = None  # (n_cal,) which observation each score belongs to
 
     @property
     def scaled(self) -> bool:
@@ -169,7 +171,7 @@ def conformalize(
         n_cal = max(2, int(round(cal_fraction * n)))
         cal, tr = perm[:n_cal], perm[n_cal:]
         model = make().fit(X[tr], y[tr])
-        return ConformalFit("split", model, model_scores(model, X[cal], y[cal]))
+        return ConformalFit("split", model, model_scores(model, X[cal], y[cal]), cal_index=cal)
     if method in ("cv+", "crossval"):
         full = make().fit(X, y)  # tunes the hyperparameters the folds reuse
         k = min(k_folds, n)
@@ -181,8 +183,8 @@ def conformalize(
             fold_of[te] = f
             sc[te] = model_scores(m, X[te], y[te])
         if method == "crossval":
-            return ConformalFit("crossval", Average(fold_models), sc)
-        return ConformalFit("cv+", full, sc, fold_models, fold_of)
+            return ConformalFit("crossval", Average(fold_models), sc, cal_index=np.arange(n))
+        return ConformalFit("cv+", full, sc, fold_models, fold_of, np.arange(n))
     if method == "jab+":
         return _jackknife_after_bootstrap(make, X, y, rng, n_bootstraps)
     raise ValueError(f"unknown conformal method {method!r}")
@@ -218,7 +220,8 @@ def _jackknife_after_bootstrap(make: Callable[[], BaseSurrogate], X: np.ndarray,
     c = count[scored][:, None]
     q_loo = np.sort(np.asarray(q_sum)[scored] / c, axis=1)
     scale = np.asarray(s_sum)[scored] / c[:, 0] if proto.scaled else None
-    return ConformalFit("jab+", Average(members), scores(q_loo, y[scored], scale))
+    return ConformalFit("jab+", Average(members), scores(q_loo, y[scored], scale),
+                        cal_index=np.flatnonzero(scored))
 
 
 # ----------------------------------------------------------------- intervals
@@ -237,6 +240,12 @@ class Bounds:
     scaled surrogate ``scale`` (N,) (and, for CV+, ``fold_scale`` (K, N)) is
     its spread at each candidate, which multiplies the (normalised) scores. The
     sort is done once (lazily) and reused by every select at any alpha.
+
+    ``cal_weight`` (n_cal,) and ``cand_weight`` (N,), for the split rule only:
+    covariate-shift weights of the calibration points and of each candidate
+    (``engine.shift``); the thresholds are then the weighted quantiles, one per
+    candidate (scores sorted once, cumulative weights, a searchsorted per
+    candidate). Other methods ignore them.
     """
 
     def __init__(
@@ -248,6 +257,8 @@ class Bounds:
         fold_of: np.ndarray | None = None,
         scale: np.ndarray | None = None,
         fold_scale: np.ndarray | None = None,
+        cal_weight: np.ndarray | None = None,
+        cand_weight: np.ndarray | None = None,
     ) -> None:
         self.method = method
         self.raw = raw
@@ -259,7 +270,11 @@ class Bounds:
         L = raw.shape[1]
         self.P = L // 2
         self._sorted: list[tuple[np.ndarray, np.ndarray]] | None = None
-        if method in SPLIT_RULE:
+        self.weighted = method in SPLIT_RULE and cal_weight is not None and cand_weight is not None
+        self.cal_weight, self.cand_weight = (cal_weight, cand_weight) if self.weighted else (None, None)
+        if self.weighted:
+            self._weighted = [WeightedScores(scores[:, j], cal_weight) for j in range(self.P)]
+        elif method in SPLIT_RULE:
             self._sorted_scores = np.sort(scores, axis=0)  # (n, P)
 
     def _points(self, j: int, rows: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
@@ -284,6 +299,27 @@ class Bounds:
             highs.append(np.sort(b[0]))
         return lows, highs
 
+    def packed(self, row: int) -> np.ndarray:
+        """What a prediction stores for adapt: (2, P, n) sorted point sets, or with weights
+        (2, P, 2n+1): each pair's sorted points, their aligned weights and ``w(x)`` (``shift.pack``)."""
+        if not self.weighted:
+            lows, highs = self.points(row)
+            return np.stack([np.stack(lows), np.stack(highs)])
+        w_test = float(self.cand_weight[row])
+        pairs = [pack(*(p[0] for p in self._points(j, np.array([row]))), self.cal_weight, w_test)
+                 for j in range(self.P)]
+        return np.stack([np.stack([lo for lo, _ in pairs]), np.stack([hi for _, hi in pairs])])
+
+    def _split_ends(self, j: int, alpha: float) -> tuple[np.ndarray, np.ndarray | int, np.ndarray | int]:
+        """Sorted scores of pair ``j`` and the indices (per candidate if weighted) of both ends."""
+        if self.weighted:
+            ws = self._weighted[j]
+            return (ws.sorted, *ws.clamped(alpha, self.cand_weight))
+        n = self.scores.shape[0]
+        i_lo, i_hi = _order_index(alpha, n)
+        # floor(a(n+1))-th smallest of lo - V D == lo - V (n+1-that)-th smallest D
+        return self._sorted_scores[:, j], n - 1 - i_lo, i_hi
+
     def at(self, alphas: np.ndarray) -> np.ndarray:
         """Calibrated quantiles (N, L) at per-pair miscoverage ``alphas``; sorted per row."""
         if self.method == "raw":
@@ -291,15 +327,14 @@ class Bounds:
         N, L = self.raw.shape
         out = np.empty((N, L))
         n = self.scores.shape[0]
+        v = 1.0 if self.scale is None else self.scale
         for j in range(self.P):
-            i_lo, i_hi = _order_index(alphas[j], n)
             if self.method in SPLIT_RULE:
-                # floor(a(n+1))-th smallest of lo - V D == lo - V (n+1-that)-th smallest D
-                s = self._sorted_scores[:, j]
-                v = 1.0 if self.scale is None else self.scale
-                out[:, j] = self.raw[:, j] - v * s[n - 1 - i_lo]
-                out[:, L - 1 - j] = self.raw[:, L - 1 - j] + v * s[i_hi]
+                s, k_lo, k_hi = self._split_ends(j, alphas[j])
+                out[:, j] = self.raw[:, j] - v * s[k_lo]
+                out[:, L - 1 - j] = self.raw[:, L - 1 - j] + v * s[k_hi]
             else:
+                i_lo, i_hi = _order_index(alphas[j], n)
                 if self._sorted is None:
                     self._sorted = [tuple(np.sort(p, axis=1) for p in self._points(k)) for k in range(self.P)]
                 A, B = self._sorted[j]
@@ -313,6 +348,22 @@ def interval_from_points(lower_pts: np.ndarray, upper_pts: np.ndarray, alpha: fl
     n = len(lower_pts)
     i_lo, i_hi = _order_index(alpha, n)
     return float(lower_pts[int(i_lo)]), float(upper_pts[int(i_hi)])
+
+
+def pair_interval(lower: np.ndarray, upper: np.ndarray, alpha: float, weighted: bool = False) -> tuple[float, float]:
+    """One pair's interval at ``alpha`` from a prediction's stored point sets (``Bounds.packed``).
+
+    Clamped ends, as ``Bounds.at``. Where the ends cross the conformal set is
+    empty (no ``y`` has ``alpha < beta``): it is shown as the zero-width
+    interval at the midpoint of the crossed ends.
+    """
+    lo, hi = weighted_interval(lower, upper, alpha) if weighted else interval_from_points(lower, upper, alpha)
+    return (lo, hi) if lo <= hi else ((lo + hi) / 2.0,) * 2
+
+
+def beta_of(lower: np.ndarray, upper: np.ndarray, y: float, weighted: bool = False) -> float:
+    """``beta_t`` from one pair of a prediction's stored point sets (``Bounds.packed``)."""
+    return weighted_beta(lower, upper, y) if weighted else beta_from_points(lower, upper, y)
 
 
 def beta_from_points(lower_pts: np.ndarray, upper_pts: np.ndarray, y: float) -> float:

@@ -19,19 +19,22 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from . import acquisition as acq
+from . import crowd
 from . import device as devices
 from .adaptive import ADAPTERS, AdaptiveState, new_state, state_from_dict, state_to_dict
 from .candidates import candidate_set
 from .conformal import (
-    beta_from_points,
+    beta_of,
     check_levels,
     conformalize,
     midpoint_levels,
     pair_alphas,
+    pair_interval,
     schedule,
 )
 from .errors import ConfigError
 from .limits import SETTING_RANGES, check_setting, check_surrogate_options
+from .shift import SHIFT_MODES, snapshot_weights
 from .snapshot import Snapshot
 from .space import ParamError, SearchSpace
 from .surrogates import SURROGATES, make_surrogate
@@ -48,6 +51,7 @@ class EngineConfig:
     acquisition: str = "pi"  # chosen by benchmarks/search.py (README, "Search quality")
     adapter: str = "dtaci"  # dtaci | aci | none
     conformal: str = "adaptive"  # adaptive (CV+ then split) | split | cv+ | crossval | jab+ | raw
+    shift: str = "none"  # none | fcs: covariate-shift weighted split-rule intervals (engine.shift)
     n_levels: int = 10  # equal-mass quantile levels; pairs give 90/70/50/30/10% intervals
     levels: tuple[float, ...] | None = None  # explicit symmetric grid instead of n_levels
     n_warmup: int = 15
@@ -62,7 +66,8 @@ class EngineConfig:
     aci_gamma: float = 0.05  # ACI learning rate; a 100-trial horizon needs a fast one
     dtaci_window: int = 50
     ucb_pair: int = 0  # 0 = the widest interval's optimistic end
-    diversity: float = 0.05  # batch/pending exclusion radius, unit-cube distance / sqrt(dim)
+    crowd: str = "believer"  # believer | penalize | radius: running points in select (engine.crowd)
+    diversity: float = 0.05  # crowd="radius": exclusion radius, unit-cube distance / sqrt(dim)
     surrogate_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -77,6 +82,11 @@ class EngineConfig:
             bad("adapter", f"must be one of {list(ADAPTERS)}")
         if self.conformal not in CONFORMAL_MODES:
             bad("conformal", f"must be one of {list(CONFORMAL_MODES)}")
+        if self.shift not in SHIFT_MODES or (self.shift != "none" and self.conformal in ("cv+", "raw")):
+            bad("shift", f"must be one of {list(SHIFT_MODES)}; fcs weights split-rule intervals "
+                "(conformal adaptive, split, crossval or jab+), not CV+ or raw ones")
+        if self.crowd not in crowd.CROWD_MODES:
+            bad("crowd", f"must be one of {list(crowd.CROWD_MODES)}")
         if self.levels is not None:
             most = int(SETTING_RANGES["n_levels"][1])
             if not isinstance(self.levels, (list, tuple)) or not 2 <= len(self.levels) <= most:
@@ -156,11 +166,15 @@ def fit(
     seed: int = 0,
     candidates: np.ndarray | None = None,
     device: str | None = None,
+    pending: Sequence[dict[str, Any]] = (),
 ) -> Snapshot:
     """Train, conformalize and score a fresh candidate set. Deterministic in its inputs.
 
     ``candidates`` (snapped unit rows) replaces the drawn candidate set, e.g. to
-    score given configurations. ``device`` (``auto | cpu | cuda``, default
+    score given configurations. ``pending``: the running configurations; they
+    join the candidates (never selected: they are running) so that ``select``
+    has the model's prediction for each point it conditions on. ``device``
+    (``auto | cpu | cuda``, default
     ``CALIBO_DEVICE`` or auto) is where torch surrogates train; a CUDA error
     refits on the CPU, and ``meta`` says where the fit ran and why it fell back.
     """
@@ -169,18 +183,18 @@ def fit(
     # adds spin-waiting, badly so when the cores are shared (7x slower measured).
     with threadpool_limits(1, user_api="blas"):
         try:
-            snap = _fit(observations, space, config, direction, seed, candidates, where)
+            snap = _fit(observations, space, config, direction, seed, candidates, where, pending)
         except Exception as e:
             if where != "cuda" or not devices.is_cuda_error(e):
                 raise
             why = f"CUDA failed, refitted on the CPU: {type(e).__name__}: {str(e)[:300]}"
-            snap = _fit(observations, space, config, direction, seed, candidates, "cpu")
+            snap = _fit(observations, space, config, direction, seed, candidates, "cpu", pending)
     if why:
         snap.meta["device_fallback"] = why
     return snap
 
 
-def _fit(observations, space, config, direction, seed, candidates, device) -> Snapshot:
+def _fit(observations, space, config, direction, seed, candidates, device, pending=()) -> Snapshot:
     t0 = time.perf_counter()
     sign = _sign(direction)
     n = len(observations)
@@ -203,6 +217,8 @@ def _fit(observations, space, config, direction, seed, candidates, device) -> Sn
     if candidates is None:
         cand = candidate_set(space, U, y, rng, n_candidates=config.n_candidates, top_k=config.top_k,
                              mutation_fraction=config.mutation_fraction)
+        if pending:
+            cand = _with_running(space, cand, pending)
     else:
         cand = space.snap(candidates)
     Xc = space.features(cand)
@@ -218,6 +234,8 @@ def _fit(observations, space, config, direction, seed, candidates, device) -> Sn
         scale = f32(cf.model.predict_scale(Xc))
         if cf.fold_models is not None:
             fold_scale = f32(np.stack([m.predict_scale(Xc) for m in cf.fold_models]))
+    cal_weight, cand_weight = snapshot_weights(config.shift, cf.method, X, cf.cal_index, Xc, raw, levels,
+                                               config.acquisition, float(y.min()), fit_seed)
     return Snapshot(
         n_obs=n,
         method=method,
@@ -231,10 +249,20 @@ def _fit(observations, space, config, direction, seed, candidates, device) -> Sn
         fold_of=cf.fold_of,
         scale=scale,
         fold_scale=fold_scale,
+        cal_weight=cal_weight,
+        cand_weight=cand_weight,
         surrogate=config.surrogate,
         fit_seconds=time.perf_counter() - t0,
-        meta={"device": cf.model.ran_on},
+        meta={"device": cf.model.ran_on, "crowd": crowd.fit_info(cf.model, cand, raw)},
     )
+
+
+def _with_running(space: SearchSpace, cand: np.ndarray, pending: Sequence[dict[str, Any]]) -> np.ndarray:
+    """The candidate set plus the running configurations it lacks."""
+    have = set(space.keys(cand))
+    run = space.to_unit(list(pending))
+    new = [i for i, k in enumerate(space.keys(run)) if k not in have]
+    return np.vstack([cand, run[new]]) if new else cand
 
 
 # --------------------------------------------------------------------- select
@@ -248,9 +276,14 @@ def _prediction(snap: Snapshot, row: int, Q: np.ndarray, alphas: np.ndarray, sig
     levels = snap.levels
     L = levels.size
     q_user = _user_view(Q[row], sign)
+    # (2, P, n): each pair's sorted lower / upper point sets (with FCS weights: engine.shift), for adapt
+    pts = None if snap.method == "raw" else snap.bounds.packed(row)
     intervals = []
     for j, a in enumerate(pair_alphas(levels)):
-        lo, hi = Q[row, j], Q[row, L - 1 - j]
+        # A pair's interval is its own conformal set at its alpha, the set beta_t (adapt) refers to;
+        # Q is sorted across pairs for the acquisition and mixes pairs whose ends cross.
+        lo, hi = ((Q[row, j], Q[row, L - 1 - j]) if pts is None
+                  else pair_interval(pts[0, j], pts[1, j], float(alphas[j]), snap.bounds.weighted))
         if sign < 0:
             lo, hi = -hi, -lo
         intervals.append({"coverage": round(1.0 - float(a), 10), "alpha": float(alphas[j]),
@@ -267,10 +300,10 @@ def _prediction(snap: Snapshot, row: int, Q: np.ndarray, alphas: np.ndarray, sig
         "score": float(score),
         "sign": sign,
     }
-    if snap.method != "raw":
-        # (2, P, n): sorted lower / upper point sets per pair, what adapt needs for beta_t
-        lows, highs = snap.bounds.points(row)
-        pred["points"] = np.stack([np.stack(lows), np.stack(highs)])
+    if pts is not None:
+        pred["points"] = pts
+        if snap.bounds.weighted:  # the point sets carry their FCS weights
+            pred["shift"] = "fcs"
     return pred
 
 
@@ -304,12 +337,6 @@ def warmup_points(space: SearchSpace, seed: int, start: int, count: int,
     return np.array(out).reshape(-1, space.dim)
 
 
-def _within(points: np.ndarray, centres: np.ndarray, radius: float) -> np.ndarray:
-    """Which rows of ``points`` lie within ``radius`` of any row of ``centres`` (one matmul)."""
-    d2 = (points * points).sum(1)[:, None] + (centres * centres).sum(1)[None, :] - 2.0 * points @ centres.T
-    return (d2 < radius * radius).any(axis=1)
-
-
 def select(
     snapshot: Snapshot | None,
     states: Sequence[AdaptiveState],
@@ -329,7 +356,8 @@ def select(
 
     ``exclude``: configurations never to return (observed since the snapshot,
     failed ...). ``pending``: running configurations; never returned, and the
-    batch keeps ``config.diversity`` away from them. ``asked``: how many trials
+    choice is conditioned on them as ``config.crowd`` says (``engine.crowd``),
+    as is each further choice of a batch on the ones before it. ``asked``: how many trials
     the study has asked so far (position in its warm-start sequence and the
     select rng's key). ``exclude_keys``: like ``exclude``, as ``space.keys``
     of the configurations (what the service stores with each trial). Before
@@ -351,34 +379,38 @@ def select(
         return [Suggestion(p, None) for p in space.from_unit(pts)] if len(pts) else []
 
     cand = snapshot.candidates
+    keys = snapshot.candidate_keys()
     alive = np.ones(cand.shape[0], dtype=bool)
     if busy_keys:
-        alive &= np.array([k not in busy_keys for k in snapshot.candidate_keys()])
+        alive &= np.array([k not in busy_keys for k in keys])
     alphas = np.array([s.alpha for s in states], dtype=float)
     Q = snapshot.bounds.at(alphas)
-    radius = config.diversity * math.sqrt(space.dim)
-    near = np.zeros(cand.shape[0], dtype=bool)
+    view = crowd.Crowd(config.crowd, snapshot, space, Q, config.diversity * math.sqrt(space.dim))
     if pending:
-        near = _within(cand, pend_unit, radius)
-    stochastic = config.acquisition in ("ts", "its", "obs")
-    sc = acq.score(config.acquisition, Q, snapshot.levels, best=snapshot.best, rng=rng,
-                   ucb_pair=config.ucb_pair)
+        if "index" not in snapshot.cache:
+            snapshot.cache["index"] = {k: i for i, k in enumerate(keys)}
+        index = snapshot.cache["index"]
+        view.add(view.rows_of(pend_unit, space.keys(pend_unit), index))
+
+    def score(Qv: np.ndarray, best: float) -> np.ndarray:
+        return acq.score(config.acquisition, Qv, snapshot.levels, best=best, rng=rng, ucb_pair=config.ucb_pair)
+
     rows: list[int] = []
     preds: list[dict[str, Any]] = []
     for _ in range(count):
-        if stochastic and rows:
-            sc = acq.score(config.acquisition, Q, snapshot.levels, best=snapshot.best, rng=rng)
-        pool = alive & ~near
+        pool = alive & view.allowed()
         if not pool.any():
             pool = alive
         if not pool.any():
             break
+        sc = view.scores(score, config.acquisition in ("pi", "ei"))
         idx = np.flatnonzero(pool)
         row = int(idx[np.argmin(sc[idx])])
         rows.append(row)
+        # the prediction is the calibrated one: the running points' outcomes are not known
         preds.append(_prediction(snapshot, row, Q, alphas, sign, config.acquisition, sc[row]))
         alive[row] = False
-        near |= _within(cand, cand[row : row + 1], radius)
+        view.add([row])
     params = space.from_unit(cand[rows]) if rows else []
     out = [Suggestion(p, pred) for p, pred in zip(params, preds, strict=True)]
     if len(out) < count:
@@ -410,9 +442,10 @@ def adapt(
     if pts is not None:
         pts = np.asarray(pts, dtype=float)  # (2, P, n), from select (or a JSON round trip of it)
         y_int = prediction.get("sign", 1.0) * value
+        weighted = prediction.get("shift") == "fcs"
         new = []
         for j, s in enumerate(states):
-            beta = beta_from_points(pts[0, j], pts[1, j], y_int)
+            beta = beta_of(pts[0, j], pts[1, j], y_int, weighted)
             betas.append(beta)
             new.append(s.update(beta))
     record = {
@@ -482,7 +515,8 @@ class Optimizer:
             return None
         if self._snapshot is None or self._snapshot.n_obs != n:
             t = time.perf_counter()
-            self._snapshot = fit(self.observations, self.space, self.config, self.direction, self.seed)
+            self._snapshot = fit(self.observations, self.space, self.config, self.direction, self.seed,
+                                 pending=[p for p, _ in self.pending])
             self.timings["fit"] += time.perf_counter() - t
         return self._snapshot
 

@@ -4,7 +4,10 @@ A snapshot holds the candidate set (snapped unit rows), every candidate's raw
 quantiles on the study's level grid (and, for CV+, each fold model's), the
 calibration scores, and the best observed value. From these ``select`` can
 build calibrated quantiles at *any* alpha without touching a model.
-All values are in the engine's minimise orientation.
+All values are in the engine's minimise orientation. With ``shift="fcs"`` a
+split-rule snapshot also holds the covariate-shift weights of its calibration
+points and candidates (``engine.shift``); snapshots written without them load
+as unweighted.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from .space import SearchSpace
 
 FORMAT_VERSION = 1
 _ARRAYS = ("levels", "candidates", "raw", "scores", "fold_raw", "fold_of", "observed", "scale",
-           "fold_scale")
+           "fold_scale", "cal_weight", "cand_weight")
 _FLOAT32 = ("raw", "fold_raw", "scale", "fold_scale")  # per-candidate model outputs
 
 
@@ -40,11 +43,14 @@ class Snapshot:
     fold_of: np.ndarray | None = None  # (n_cal,), CV+
     scale: np.ndarray | None = None  # (N,) spread of a scaled surrogate (scores are normalised by it)
     fold_scale: np.ndarray | None = None  # (K, N), CV+ of a scaled surrogate
+    cal_weight: np.ndarray | None = None  # (n_cal,) FCS weight of each score's point (engine.shift)
+    cand_weight: np.ndarray | None = None  # (N,) FCS weight of each candidate
     surrogate: str = ""
     fit_seconds: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
     _bounds: Bounds | None = field(default=None, init=False, repr=False, compare=False)
     _keys: list[bytes] | None = field(default=None, init=False, repr=False, compare=False)
+    cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)  # select's
 
     def candidate_keys(self) -> list[bytes]:
         """``SearchSpace.keys`` of the candidates, computed once per snapshot."""
@@ -56,7 +62,7 @@ class Snapshot:
     def bounds(self) -> Bounds:
         if self._bounds is None:
             self._bounds = Bounds(self.method, self.raw, self.scores, self.fold_raw, self.fold_of,
-                                  self.scale, self.fold_scale)
+                                  self.scale, self.fold_scale, self.cal_weight, self.cand_weight)
         return self._bounds
 
     # ----------------------------------------------------------- (de)serialise
@@ -115,6 +121,8 @@ class Snapshot:
                 fold_of=arrays.get("fold_of"),
                 scale=arrays.get("scale"),
                 fold_scale=arrays.get("fold_scale"),
+                cal_weight=arrays.get("cal_weight"),
+                cand_weight=arrays.get("cand_weight"),
             )
         except ValueError as e:
             raise ValueError(f"not a calibo snapshot: {e}") from e

@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -94,6 +94,7 @@ class FitInputs:
     definition: dict[str, Any]
     observations: list[tuple[dict[str, Any], float]]  # completed trials, by trial number
     snapshot_n_obs: int
+    running: list[dict[str, Any]] = field(default_factory=list)  # params of the running trials, by number
 
 
 def _info(row: StudyRow, counts: dict[str, int]) -> StudyInfo:
@@ -469,7 +470,11 @@ class Storage:
             obs = s.execute(select(TrialRow.params, TrialRow.value)
                             .where(TrialRow.study_id == study_id, TrialRow.state == "complete")
                             .order_by(TrialRow.number))
-            return FitInputs(row[0], [(p, float(v)) for p, v in obs], row[1])
+            observations = [(p, float(v)) for p, v in obs]
+            running = s.execute(select(TrialRow.params)
+                                .where(TrialRow.study_id == study_id, TrialRow.state == "running")
+                                .order_by(TrialRow.number)).scalars().all()
+            return FitInputs(row[0], observations, row[1], list(running))
 
     def save_snapshot(self, study_id: int, *, n_obs: int, method: str, fit_seconds: float,
                       data: bytes, device: str | None = None) -> int | None:

@@ -12,6 +12,10 @@ stored snapshot. A fit that fails because the database is unreachable logs
 one line (per 10 s), records nothing, and once its retries are spent waits
 for ``resume_stalled`` (the app's housekeeping calls it) rather than for the
 next tell, which may never come.
+
+The fit processes start with the pool and each warms up (imports and a tiny
+fit, see ``warmup``) before it takes a fit; ``readiness()`` says whether all
+are alive and warm, and a process that dies is replaced (and warmed) at once.
 """
 
 from __future__ import annotations
@@ -21,16 +25,18 @@ import multiprocessing
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from functools import partial
+from multiprocessing.connection import wait
 from typing import Any
 
 from ..errors import Unavailable
 from ..logs import Throttled
 from ..storage import Storage
-from .jobs import fit_study, init_process, set_device, store
+from .jobs import fit_study, set_device, store
+from .warmup import FitProcesses
 
 log = logging.getLogger("calibo.workers")
 _outage = Throttled(log, 10.0)
@@ -67,18 +73,22 @@ class FitPool:
         self._studies: dict[int, _StudyFits] = {}
         self._closed = False
         self._swap = threading.Lock()
+        self._procs: FitProcesses | None = None
+        if workers:  # the fit processes report their warm-up on this pipe, to the watcher
+            self._ready_r, self._ready_w = multiprocessing.get_context("spawn").Pipe(duplex=False)
         self._executor = self._make_executor()
         self.fits_done = 0
         self.fits_failed = 0
+        if workers:
+            threading.Thread(target=self._watch, daemon=True, name="calibo-fit-watch").start()
 
     def _make_executor(self) -> Executor:
         if self.workers == 0:
             set_device(self.device)
             return ThreadPoolExecutor(1, thread_name_prefix="calibo-fit")
         # spawn: the API process runs threads (uvicorn, SQLAlchemy pools) that fork would copy mid-state
-        ctx = multiprocessing.get_context("spawn")
-        return ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=init_process,
-                                   initargs=(self.database_url, self.device))
+        self._procs = FitProcesses(self.workers, self.database_url, self.device, self._ready_w)
+        return self._procs.executor
 
     def _job(self) -> Callable[[int], dict[str, Any]]:
         if self.workers == 0:
@@ -141,6 +151,17 @@ class FitPool:
                 return {"fitting": False, "queued": False}
             return {"fitting": st.running, "queued": st.dirty}
 
+    def readiness(self) -> str:
+        """``ok`` when every fit process is alive and warmed up, ``starting`` while one warms up
+        (at start, or after a dead one was replaced), ``down`` when none is alive or the pool is
+        closed. A thread pool (``workers=0``) is ``ok``: it runs in the API process, which has
+        imported the engine already to serve asks, and cannot die on its own."""
+        with self._cond:
+            if self._closed:
+                return "down"
+        procs = self._procs
+        return "ok" if procs is None else procs.state()
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -164,12 +185,51 @@ class FitPool:
         fut.add_done_callback(partial(self._done, study_id, executor))
 
     def _replace_executor(self, broken: Executor) -> None:
-        """Swap in a new pool for ``broken`` (once, however many jobs saw it break)."""
+        """Swap in a new pool for ``broken`` (once, however many jobs saw it break); it warms up anew."""
         with self._swap:
             if self._executor is not broken or self._closed:
                 return
             self._executor = self._make_executor()
         broken.shutdown(wait=False, cancel_futures=True)
+
+    def _watch(self) -> None:
+        """Log each process's warm-up, and replace the pool as soon as one of its processes dies
+        (its fits would fail with it: they are retried on the new pool, see ``_done``). A pool
+        whose processes die before warming up is replaced after a growing pause (at most 30 s)."""
+        early_deaths = 0
+        try:
+            while not self._closed:
+                procs = self._procs
+                if procs is None:
+                    return
+                by_sentinel = procs.sentinels()
+                for obj in wait([self._ready_r, *by_sentinel], timeout=0.5):
+                    if obj is self._ready_r:
+                        self._warmed(*self._ready_r.recv())
+                    elif not self._closed and procs is self._procs:
+                        p = by_sentinel[obj]
+                        procs.reported_dead.add(p.pid)
+                        early_deaths = 0 if procs.all_warm else early_deaths + 1
+                        pause = min(30.0, 0.5 * 2 ** early_deaths) if early_deaths else 0.0
+                        log.error("fit process %s died; starting a new fit pool%s", p.pid,
+                                  f" in {pause:.1f} s" if pause else "")
+                        with self._cond:
+                            self._cond.wait_for(lambda: self._closed, pause)
+                        self._replace_executor(procs.executor)
+                        break
+        finally:
+            self._ready_r.close()
+            self._ready_w.close()
+
+    def _warmed(self, pid: int, fit_s: float | None) -> None:
+        procs = self._procs
+        if procs is None or not procs.owns(pid):
+            return  # a process of a pool replaced meanwhile
+        took = procs.report(pid)
+        fit = f"its first fit {fit_s:.2f} s" if fit_s is not None else "its warm-up fit failed"
+        log.info("fit process %d warm %.1f s after its pool started (imports, %s)", pid, took, fit)
+        if procs.all_warm:
+            log.info("fit pool ready: %d process(es) warm in %.1f s", self.workers, took)
 
     def _done(self, study_id: int, executor: Executor, fut: Future) -> None:
         if fut.cancelled():

@@ -46,6 +46,8 @@ without re-tuning and recalibrates on its own training points.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from scipy.linalg import solve_triangular
 from sklearn.gaussian_process import GaussianProcessRegressor
@@ -136,6 +138,14 @@ class GPRecal(BaseSurrogate):
             self.pits = gaussian_pit(y, mean, sd)
             self.recalibrator = Recalibrator.fit(*self.pits)
         self._t = gaussian_levels(self.recalibrator, self.levels)
+
+    def gp_kernel(self) -> dict[str, Any] | None:
+        """The base GP's kernel in the target's units (``engine.crowd``)."""
+        k = self._base.gp_kernel() if self.fitted else None
+        if k is None:
+            return None
+        sd2 = self._sd**2
+        return k | {"outputscale": k["outputscale"] * sd2, "noise": k["noise"] * sd2}
 
     def predict_moments(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The base GP's (uncalibrated) mean and sd in the target's units."""

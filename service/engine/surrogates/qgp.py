@@ -105,6 +105,15 @@ class QGP(BaseSurrogate):
             return self._torch.hyper
         return _hyper_of(self._gp.kernel_, self._d)
 
+    def gp_kernel(self) -> dict[str, Any] | None:
+        """The fitted kernel in the target's units (what ``engine.crowd`` conditions with)."""
+        h = self.tuned_hyperparameters()
+        if h is None:
+            return None
+        sd2 = self._sd**2
+        return {"lengthscale": [float(x) for x in np.atleast_1d(h["lengthscale"])],
+                "outputscale": float(h["outputscale"]) * sd2, "noise": float(h["noise"]) * sd2}
+
     def fold_clone(self) -> QGP:
         if not self.fitted:
             kernel, hyper = self._fixed_kernel, self._fixed_hyper

@@ -1,0 +1,279 @@
+"""Selection with trials in flight: what the model says about the running points.
+
+A crowd of workers asks while others still train, so ``select`` must choose
+with ``P`` configurations running and their outcomes unknown. Three ways, the
+study setting ``crowd``:
+
+* ``believer`` (GP surrogates; the default): condition the predictive spread
+  on the running points. A GP's posterior variance does not depend on the
+  values still to come, only on where they will be observed (GP-BUCB,
+  Desautels et al. 2014; the kriging believer, Ginsbourger et al. 2010). With
+  ``v(x)`` the latent posterior variance after the observed data, ``k`` the
+  fitted kernel and ``rho = k / k(0)`` its correlation, the posterior
+  covariance of two points is taken as ``rho(a, b) sqrt(v(a) v(b))`` (the
+  fitted kernel's correlation between the posterior sds; exact for points far
+  from the data, a Schur product so always a valid covariance). Fantasising
+  a noisy observation at each running point ``p`` (noise ``s_n^2``, the
+  fitted white noise) lowers the variance of every candidate ``x`` by rank-one
+  updates, one per running point:
+
+      c(x)  = rho(x, p) sqrt(v(x) v(p)) - sum_k w_k(x) w_k(p)
+      w(x)  = c(x) / sqrt(v'(p) + s_n^2),      v'(x) = v'(x) - w(x)^2
+
+  and the calibrated predictive distribution of ``x`` is narrowed about its
+  median by ``sqrt((v'(x) + s_n^2) / (v(x) + s_n^2))``. The believed value of
+  a running point is its calibrated median, so the incumbent an acquisition
+  improves on is ``min(best, medians of the running points)`` (the kriging
+  believer's fantasy: the posterior mean is unchanged by it). Candidates near
+  a running point then offer little: the shrink and the radius both come from
+  the fitted length scales and the predictions, not from a constant.
+* ``penalize`` (every surrogate): local penalisation (Gonzalez et al., AISTATS
+  2016, eq. 3-5). A running point ``p`` with prediction ``mu(p)``, spread
+  ``s(p)`` excludes, with probability, the ball in which the model's
+  Lipschitz constant ``L`` says the minimum cannot lie:
+
+      phi(x; p) = 1/2 erfc(-z),   z = (L |x - p| - (mu(p) - best)) / (sqrt(2) s(p))
+
+  and the (positive) utility of ``x`` is multiplied by ``prod_p phi(x; p)``.
+  ``L`` is the largest slope of the model's median between a candidate and its
+  nearest neighbour (unit-cube distance), computed by ``fit``.
+* ``radius``: the old fixed exclusion, ``diversity * sqrt(dim)`` around every
+  running and chosen point (kept for comparison).
+
+``fit`` stores what these need in ``snapshot.meta["crowd"]`` (kernel
+hyperparameters in target units, ``L``); ``select`` pays ``O(N P F)`` for ``P``
+running points and ``N`` candidates with ``F`` features.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from scipy.linalg import solve_triangular
+from scipy.special import erfc
+from scipy.stats import norm
+
+CROWD_MODES = ("believer", "penalize", "radius")
+SQRT5 = math.sqrt(5.0)
+MAX_COLUMNS = 1024  # kernel columns a snapshot keeps for the selects on it (N floats each)
+
+
+# ------------------------------------------------------------------------ fit
+def kernel_of(model: Any) -> dict[str, Any] | None:
+    """A GP surrogate's kernel in target units (``gp_kernel``), or None for other families."""
+    model = getattr(model, "members", [model])[0]  # CrossVal / JaB+ average: the first member's
+    get = getattr(model, "gp_kernel", None)
+    return get() if get is not None else None
+
+
+def lipschitz(cand: np.ndarray, med: np.ndarray) -> float:
+    """Largest slope of ``med`` between each candidate and its nearest neighbour (unit cube)."""
+    n = cand.shape[0]
+    if n < 2:
+        return 0.0
+    sq = (cand * cand).sum(1)
+    slopes = np.empty(n)
+    for lo in range(0, n, 512):  # (512, n) blocks keep the memory small
+        d2 = sq[lo:lo + 512, None] + sq[None, :] - 2.0 * cand[lo:lo + 512] @ cand.T
+        d2[np.arange(d2.shape[0]), np.arange(lo, lo + d2.shape[0])] = np.inf
+        d2[d2 <= 1e-18] = np.inf  # duplicates carry no slope
+        nn = np.argmin(d2, axis=1)
+        dist = np.sqrt(d2[np.arange(d2.shape[0]), nn])
+        slopes[lo:lo + d2.shape[0]] = np.where(np.isfinite(dist), np.abs(med[lo:lo + 512] - med[nn]) / dist, 0.0)
+    return float(slopes.max())
+
+
+def fit_info(model: Any, cand: np.ndarray, raw: np.ndarray) -> dict[str, Any]:
+    """What ``select`` needs to condition on running points, stored as ``meta["crowd"]``."""
+    L = raw.shape[1]
+    med = 0.5 * (raw[:, L // 2 - 1] + raw[:, L // 2])
+    info: dict[str, Any] = {"lipschitz": lipschitz(cand, med)}
+    kernel = kernel_of(model)
+    if kernel is not None:
+        info["kernel"] = kernel
+    return info
+
+
+# --------------------------------------------------------------------- select
+def _matern52(d: np.ndarray) -> np.ndarray:
+    r = SQRT5 * d
+    return (1.0 + r + r * r / 3.0) * np.exp(-r)
+
+
+def _dist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    d2 = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T
+    return np.sqrt(np.maximum(d2, 0.0))
+
+
+def _median(Q: np.ndarray) -> np.ndarray:
+    L = Q.shape[1]
+    return 0.5 * (Q[:, L // 2 - 1] + Q[:, L // 2])
+
+
+def _spread(Q: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """Gaussian-equivalent sd from the widest pair of quantiles."""
+    z = norm.ppf(levels)
+    return np.maximum((Q[:, -1] - Q[:, 0]) / (z[-1] - z[0]), 1e-12)
+
+
+class Believer:
+    """Fantasies at the running points (see the module docstring), in blocks.
+
+    Adding the rows ``R`` at once is the same as adding them one by one: with
+    ``W`` (N, k) the whitened cross-covariances of the fantasies so far,
+    ``C = rho(., R) sqrt(v v_R) - W W_R^T``, ``S = C_R + s_n^2 I = G G^T`` and
+    ``W <- [W, C G^-T]``; the variance left is ``v - rowsum(W^2)``.
+    """
+
+    def __init__(self, kernel: dict[str, Any], feats: np.ndarray, raw: np.ndarray, levels: np.ndarray,
+                 columns: dict[int, np.ndarray] | None = None) -> None:
+        """``columns``: correlation columns by candidate row, kept across selects on one snapshot."""
+        self.columns = {} if columns is None else columns
+        ls = np.asarray(kernel["lengthscale"], float)
+        self.F = feats / ls[None, :]  # features in length-scale units
+        self.F2 = (self.F * self.F).sum(1)
+        self.noise = max(float(kernel["noise"]), 1e-12)
+        s2 = _spread(raw, levels) ** 2  # the raw GP's predictive variance, noise included
+        self.total = s2
+        self.v = np.maximum(s2 - self.noise, 1e-12 * s2)  # latent posterior variance
+        self.sv = np.sqrt(self.v)
+        self.W = np.empty((s2.size, 0))  # whitened cross-covariances, one column per fantasy
+        self.left = self.v
+
+    def add(self, rows: list[int]) -> None:
+        """Fantasise noisy observations at the candidates ``rows`` (running or chosen points)."""
+        if not rows:
+            return
+        R = np.asarray(rows)
+        C = self._correlation(rows) * (self.sv[:, None] * self.sv[None, R])
+        if self.W.shape[1]:
+            C -= self.W @ self.W[R].T
+        S = C[R] + self.noise * np.eye(R.size)
+        G = np.linalg.cholesky(S + 1e-12 * np.trace(S) / R.size * np.eye(R.size))
+        Wn = solve_triangular(G, C.T, lower=True).T  # C G^-T
+        self.W = np.hstack([self.W, Wn])
+        self.left = np.maximum(self.left - (Wn * Wn).sum(1), 0.0)
+
+    def _correlation(self, rows: list[int]) -> np.ndarray:
+        """(N, len(rows)) kernel correlations with the candidates ``rows``, computed once per row."""
+        new = [r for r in dict.fromkeys(rows) if r not in self.columns]
+        if new:
+            d2 = self.F2[:, None] + self.F2[None, new] - 2.0 * self.F @ self.F[new].T
+            for r, col in zip(new, _matern52(np.sqrt(np.maximum(d2, 0.0))).T, strict=True):
+                if len(self.columns) >= MAX_COLUMNS:
+                    self.columns.clear()
+                self.columns[r] = col
+        return np.stack([self.columns[r] for r in rows], axis=1)
+
+    def shrink(self) -> np.ndarray:
+        """(N,) factor of every candidate's spread after the fantasies."""
+        return np.sqrt((self.left + self.noise) / self.total)
+
+
+def narrow(Q: np.ndarray, factor: np.ndarray) -> np.ndarray:
+    """Calibrated quantiles narrowed about their median by ``factor`` (N,)."""
+    med = _median(Q)[:, None]
+    return med + factor[:, None] * (Q - med)
+
+
+def believed_best(best: float, Q: np.ndarray, rows: list[int]) -> float:
+    """The incumbent once every running point is believed at its calibrated median."""
+    return min(best, float(_median(Q[rows]).min())) if rows else best
+
+
+def penalty(cand: np.ndarray, Q: np.ndarray, levels: np.ndarray, lipschitz_: float, best: float,
+            rows: list[int]) -> np.ndarray:
+    """(N,) product of the local penalisers of the running points ``rows``."""
+    out = np.ones(cand.shape[0])
+    if not rows:
+        return out
+    mu = _median(Q[rows])
+    s = _spread(Q[rows], levels)
+    d = _dist(cand, cand[rows])  # (N, P)
+    z = (lipschitz_ * d - (mu - best)[None, :]) / (math.sqrt(2.0) * s[None, :])
+    return np.prod(0.5 * erfc(-z), axis=1)
+
+
+def penalised_scores(sc: np.ndarray, phi: np.ndarray, positive: bool) -> np.ndarray:
+    """Scores (lower is better) of utilities multiplied by ``phi``.
+
+    PI and EI utilities (``-score``) are non-negative already; the others go
+    through a softplus of their standardised utility (Gonzalez et al., 2016, 3.2).
+    """
+    u = -sc
+    if positive:
+        u = np.maximum(u, 0.0) + 1e-12
+    else:
+        sd = float(np.std(u)) or 1.0
+        u = np.logaddexp(0.0, (u - float(np.mean(u))) / sd)
+    return -(u * phi)
+
+
+class Crowd:
+    """One ``select``'s view of the running points, and of the batch it chooses.
+
+    ``add(row)`` marks a candidate as running (or just chosen); ``scores`` gives
+    the acquisition with every marked point accounted for; ``allowed`` is the
+    ``radius`` mode's exclusion mask (all true in the other modes).
+    """
+
+    def __init__(self, mode: str, snapshot: Any, space: Any, Q: np.ndarray, radius: float) -> None:
+        if mode not in CROWD_MODES:
+            raise ValueError(f"crowd must be one of {CROWD_MODES}, not {mode!r}")
+        info = snapshot.meta.get("crowd") or {}
+        self.cand = snapshot.candidates
+        self.levels = snapshot.levels
+        self.best = snapshot.best
+        self.Q = Q
+        self.rows: list[int] = []
+        self.radius = radius
+        self.near = np.zeros(self.cand.shape[0], dtype=bool)
+        kernel = info.get("kernel")
+        if mode == "believer" and kernel is None:
+            mode = "penalize"  # not a GP: no kernel to condition with
+        self.mode = mode
+        self.believer = None
+        if mode == "believer":
+            if "features" not in snapshot.cache:
+                snapshot.cache["features"] = space.features(self.cand)
+            self.believer = Believer(kernel, snapshot.cache["features"], snapshot.raw, self.levels,
+                                     snapshot.cache.setdefault("columns", {}))
+        if mode == "penalize":
+            L = info.get("lipschitz")
+            if L is None:  # a snapshot fitted before crowd info was stored
+                if "lipschitz" not in snapshot.cache:
+                    snapshot.cache["lipschitz"] = lipschitz(self.cand, _median(snapshot.raw))
+                L = snapshot.cache["lipschitz"]
+            self.lipschitz = float(L)
+
+    def rows_of(self, unit: np.ndarray, keys: list[bytes], index: dict[bytes, int]) -> list[int]:
+        """Candidate rows of running points; one the snapshot lacks stands in as its nearest candidate."""
+        out = []
+        for u, k in zip(unit, keys, strict=True):
+            row = index.get(k)
+            if row is None:
+                row = int(np.argmin(((self.cand - u[None, :]) ** 2).sum(1)))
+            out.append(row)
+        return out
+
+    def add(self, rows: list[int]) -> None:
+        """Mark the candidates ``rows`` as running (or chosen)."""
+        self.rows.extend(rows)
+        if self.believer is not None:
+            self.believer.add(rows)
+        elif self.mode == "radius" and rows:
+            self.near |= (_dist(self.cand, self.cand[rows]) < self.radius).any(axis=1)
+
+    def allowed(self) -> np.ndarray:
+        return ~self.near
+
+    def scores(self, score_fn: Any, positive: bool) -> np.ndarray:
+        """``score_fn(Q, best)`` with the running points accounted for (lower is better)."""
+        if not self.rows or self.mode == "radius":
+            return score_fn(self.Q, self.best)
+        if self.believer is not None:
+            return score_fn(narrow(self.Q, self.believer.shrink()), believed_best(self.best, self.Q, self.rows))
+        phi = penalty(self.cand, self.Q, self.levels, self.lipschitz, self.best, self.rows)
+        return penalised_scores(score_fn(self.Q, self.best), phi, positive)
