@@ -80,8 +80,8 @@ def test_warm_start_is_quasi_random_then_model_based() -> None:
     assert lo < hi
 
 
-def test_batch_ask_is_distinct_diverse_and_unseen() -> None:
-    opt = Optimizer(BRANIN_SPACE, seed=2, config=FAST | {"diversity": 0.05})
+def test_batch_ask_in_radius_mode_is_distinct_diverse_and_unseen() -> None:
+    opt = Optimizer(BRANIN_SPACE, seed=2, config=FAST | {"crowd": "radius", "diversity": 0.05})
     run(opt, branin, 20)
     batch = opt.ask(8)
     space = SearchSpace.from_dict(BRANIN_SPACE)

@@ -51,9 +51,7 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.linalg import solve_triangular
-from scipy.special import erfc
-from scipy.stats import norm
+from scipy.special import erfc, ndtri
 
 CROWD_MODES = ("believer", "penalize", "radius")
 SQRT5 = math.sqrt(5.0)
@@ -114,7 +112,7 @@ def _median(Q: np.ndarray) -> np.ndarray:
 
 def _spread(Q: np.ndarray, levels: np.ndarray) -> np.ndarray:
     """Gaussian-equivalent sd from the widest pair of quantiles."""
-    z = norm.ppf(levels)
+    z = ndtri(levels)
     return np.maximum((Q[:, -1] - Q[:, 0]) / (z[-1] - z[0]), 1e-12)
 
 
@@ -152,7 +150,7 @@ class Believer:
             C -= self.W @ self.W[R].T
         S = C[R] + self.noise * np.eye(R.size)
         G = np.linalg.cholesky(S + 1e-12 * np.trace(S) / R.size * np.eye(R.size))
-        Wn = solve_triangular(G, C.T, lower=True).T  # C G^-T
+        Wn = C @ np.linalg.inv(G).T  # C G^-T: G is at most a few dozen rows, C has N
         self.W = np.hstack([self.W, Wn])
         self.left = np.maximum(self.left - (Wn * Wn).sum(1), 0.0)
 
@@ -234,12 +232,8 @@ class Crowd:
         if mode == "believer" and kernel is None:
             mode = "penalize"  # not a GP: no kernel to condition with
         self.mode = mode
-        self.believer = None
-        if mode == "believer":
-            if "features" not in snapshot.cache:
-                snapshot.cache["features"] = space.features(self.cand)
-            self.believer = Believer(kernel, snapshot.cache["features"], snapshot.raw, self.levels,
-                                     snapshot.cache.setdefault("columns", {}))
+        self._believer: Believer | None = None
+        self._make = (snapshot, space, kernel)
         if mode == "penalize":
             L = info.get("lipschitz")
             if L is None:  # a snapshot fitted before crowd info was stored
@@ -258,12 +252,25 @@ class Crowd:
             out.append(row)
         return out
 
+    @property
+    def believer(self) -> Believer | None:
+        """The GP fantasies, built at the first running point (a sequential select never pays for it)."""
+        if self._believer is None and self.mode == "believer":
+            snapshot, space, kernel = self._make
+            if "features" not in snapshot.cache:
+                snapshot.cache["features"] = space.features(self.cand)
+            self._believer = Believer(kernel, snapshot.cache["features"], snapshot.raw, self.levels,
+                                      snapshot.cache.setdefault("columns", {}))
+        return self._believer
+
     def add(self, rows: list[int]) -> None:
         """Mark the candidates ``rows`` as running (or chosen)."""
         self.rows.extend(rows)
-        if self.believer is not None:
+        if not rows:
+            return
+        if self.mode == "believer":
             self.believer.add(rows)
-        elif self.mode == "radius" and rows:
+        elif self.mode == "radius":
             self.near |= (_dist(self.cand, self.cand[rows]) < self.radius).any(axis=1)
 
     def allowed(self) -> np.ndarray:
@@ -273,7 +280,7 @@ class Crowd:
         """``score_fn(Q, best)`` with the running points accounted for (lower is better)."""
         if not self.rows or self.mode == "radius":
             return score_fn(self.Q, self.best)
-        if self.believer is not None:
+        if self.mode == "believer":
             return score_fn(narrow(self.Q, self.believer.shrink()), believed_best(self.best, self.Q, self.rows))
         phi = penalty(self.cand, self.Q, self.levels, self.lipschitz, self.best, self.rows)
         return penalised_scores(score_fn(self.Q, self.best), phi, positive)

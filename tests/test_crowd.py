@@ -1,0 +1,194 @@
+"""Selection with trials in flight (``engine.crowd``): in-process, and the service against the Optimizer."""
+
+from __future__ import annotations
+
+import math
+
+import httpx
+import numpy as np
+import pytest
+from conftest import LiveServer, unique
+
+from service.engine import EngineConfig, Optimizer, SearchSpace, fit, initial_states, select
+from service.engine.crowd import CROWD_MODES, Believer, Crowd, lipschitz, penalty
+
+BRANIN = {"x1": {"type": "float", "low": -5, "high": 10}, "x2": {"type": "float", "low": 0, "high": 15}}
+LINE = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
+MIXED = {"lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
+         "depth": {"type": "int", "low": 1, "high": 8},
+         "kind": {"type": "categorical", "choices": ["a", "b", "c"]}}
+FAST = {"n_warmup": 6, "conformalize_from": 10, "split_from": 16, "n_candidates": 300}
+
+
+def branin(p: dict) -> float:
+    x1, x2 = p["x1"], p["x2"]
+    return ((x2 - 5.1 / (4 * math.pi**2) * x1**2 + 5 / math.pi * x1 - 6) ** 2
+            + 10 * (1 - 1 / (8 * math.pi)) * math.cos(x1) + 10)
+
+
+def mixed(p: dict) -> float:
+    return (math.log10(p["lr"]) + 2) ** 2 + 0.3 * (p["depth"] - 5) ** 2 + {"a": 0, "b": 0.5, "c": 1.5}[p["kind"]]
+
+
+def crowd_run(space: dict, f, mode: str, seed: int, told: int = 16, in_flight: int = 4,
+              surrogate: str = "qgp") -> tuple[Optimizer, list[dict]]:
+    """``told`` sequential trials, then ``in_flight`` asked one at a time and left running."""
+    opt = Optimizer(space, seed=seed, config=FAST | {"crowd": mode, "surrogate": surrogate})
+    for _ in range(told):
+        s = opt.ask()[0]
+        opt.tell(s.params, f(s.params))
+    return opt, [opt.ask()[0].params for _ in range(in_flight)]
+
+
+@pytest.mark.parametrize("mode", CROWD_MODES)
+@pytest.mark.parametrize(("space", "f", "surrogate"),
+                         [(BRANIN, branin, "qgp"), (MIXED, mixed, "qgp"), (BRANIN, branin, "qrf")])
+def test_a_crowd_never_gets_a_running_or_observed_configuration(mode, space, f, surrogate) -> None:
+    opt, running = crowd_run(space, f, mode, seed=3, surrogate=surrogate)
+    batch = [s.params for s in opt.ask(8)]
+    sp = opt.space
+    keys = sp.keys(sp.to_unit(running + batch))
+    observed = set(sp.keys(sp.to_unit([p for p, _ in opt.observations])))
+    assert len(set(keys)) == len(keys), "a running configuration was suggested again"
+    assert not observed & set(keys), "an observed configuration was suggested"
+    assert all(pred is not None for _, pred in opt.pending[-8:])
+
+
+@pytest.mark.parametrize("mode", CROWD_MODES)
+def test_a_crowd_is_reproducible_under_a_seed(mode) -> None:
+    a = crowd_run(BRANIN, branin, mode, seed=5)[1]
+    b = crowd_run(BRANIN, branin, mode, seed=5)[1]
+    c = crowd_run(BRANIN, branin, mode, seed=6)[1]
+    assert a == b
+    assert a != c
+
+
+def _line_snapshot(seed: int = 0):
+    space = SearchSpace.from_dict(LINE)
+    xs = np.linspace(0.02, 0.98, 30)
+    obs = [({"x": float(x)}, float(np.sin(18 * x) + 0.3 * x)) for x in xs]  # wiggly: short length scale
+    cfg = EngineConfig(**FAST)
+    return space, cfg, fit(obs, space, cfg, seed=seed)
+
+
+def test_the_believer_shrinks_toward_a_running_point_only_as_far_as_the_kernel_reaches() -> None:
+    space, cfg, snap = _line_snapshot()
+    kernel = snap.meta["crowd"]["kernel"]
+    ls = kernel["lengthscale"][0]
+    b = Believer(kernel, space.features(snap.candidates), snap.raw, snap.levels)
+    x = snap.candidates[:, 0]
+    row = int(np.argmin(np.abs(x - 0.05)))
+    b.add([row])
+    f = b.shrink()
+    d = np.abs(x - x[row])
+    assert (d > 3 * ls).sum() > 20 and ((d > ls) & (d < 3 * ls)).sum() > 5  # the checks below bite
+    assert f.max() <= 1.0 + 1e-12 and f.min() > 0.0
+    # at the running point what is left is the noise (and the latent variance one noisy look leaves)
+    v, noise = b.v[row], b.noise
+    assert f[row] == pytest.approx(math.sqrt((v * noise / (v + noise) + noise) / (v + noise)), rel=1e-6)
+    assert np.all(f[d > 3 * ls] > 0.999), "the shrink reaches beyond the kernel's length scale"
+
+    def reach(bel: Believer) -> np.ndarray:  # share of each candidate's latent variance taken away
+        return (bel.total - bel.shrink() ** 2 * bel.total) / bel.v
+
+    order = np.argsort(d)
+    assert np.all(np.diff(reach(b)[order]) <= 1e-9), "the shrink must fade with the distance"
+    # a longer length scale conditions farther
+    wide = Believer(kernel | {"lengthscale": [4 * ls]}, space.features(snap.candidates), snap.raw, snap.levels)
+    wide.add([row])
+    mid = (d > ls) & (d < 3 * ls)
+    assert np.all(reach(wide)[mid] >= reach(b)[mid] - 1e-12) and np.any(reach(wide)[mid] > reach(b)[mid] + 1e-3)
+
+
+def test_local_penalisation_excludes_the_ball_the_model_rules_out() -> None:
+    space, cfg, snap = _line_snapshot()
+    Q = snap.bounds.at(np.array([s.alpha for s in initial_states(cfg)]))
+    L = lipschitz(snap.candidates, 0.5 * (snap.raw[:, 4] + snap.raw[:, 5]))
+    assert L > 0
+    x = snap.candidates[:, 0]
+    row = int(np.argmin(np.abs(x - 0.9)))  # a poor region: its predicted gap to the best is large
+    phi = penalty(snap.candidates, Q, snap.levels, L, snap.best, [row])
+    assert phi[row] < 0.5 and np.all((phi >= 0) & (phi <= 1))
+    far = np.abs(x - x[row]) > 0.5
+    assert np.all(phi[far] > 0.99)
+    # twice the Lipschitz constant: the same gap rules out half the radius, so more survives near p
+    phi2 = penalty(snap.candidates, Q, snap.levels, 2 * L, snap.best, [row])
+    assert np.all(phi2 >= phi - 1e-12)
+
+
+def test_with_no_running_point_every_mode_selects_as_the_sequential_engine() -> None:
+    space, cfg, snap = _line_snapshot()
+    states = initial_states(cfg)
+    picks = {mode: select(snap, states, space, EngineConfig(**FAST, crowd=mode), count=1, asked=20)[0].params
+             for mode in CROWD_MODES}
+    assert len({p["x"] for p in picks.values()}) == 1
+
+
+def test_a_running_point_the_snapshot_lacks_stands_in_as_its_nearest_candidate() -> None:
+    space, cfg, snap = _line_snapshot()
+    Q = snap.bounds.at(np.array([s.alpha for s in initial_states(cfg)]))
+    view = Crowd("believer", snap, space, Q, 0.05)
+    u = np.array([[0.123456]])
+    rows = view.rows_of(u, space.keys(u), {})
+    assert rows == [int(np.argmin(np.abs(snap.candidates[:, 0] - 0.123456)))]
+
+
+def test_fit_scores_the_running_configurations_as_candidates() -> None:
+    space, cfg, _ = _line_snapshot()
+    obs = [({"x": float(x)}, float(np.sin(6 * x))) for x in np.linspace(0.02, 0.98, 14)]
+    running = [{"x": 0.3141}, {"x": 0.2718}]
+    snap = fit(obs, space, cfg, seed=0, pending=running)
+    keys = set(snap.candidate_keys())
+    assert set(space.keys(space.to_unit(running))) <= keys
+
+
+def test_believer_falls_back_to_penalisation_without_a_gp() -> None:
+    space = SearchSpace.from_dict(BRANIN)
+    cfg = EngineConfig(**FAST, surrogate="qrf")
+    rng = np.random.default_rng(0)
+    obs = [(p, branin(p)) for p in space.from_unit(space.sample_uniform(20, rng))]
+    snap = fit(obs, space, cfg, seed=0)
+    assert "kernel" not in snap.meta["crowd"]
+    Q = snap.bounds.at(np.array([s.alpha for s in initial_states(cfg)]))
+    assert Crowd("believer", snap, space, Q, 0.05).mode == "penalize"
+
+
+def test_unknown_crowd_mode_is_a_config_error() -> None:
+    from service.engine import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        EngineConfig(crowd="nearest")
+    assert e.value.field == "crowd"
+
+
+# ------------------------------------------------------- service == Optimizer
+def _ask(http: httpx.Client, sid: int) -> dict:
+    r = http.post(f"/v1/studies/{sid}/ask", json={"count": 1})
+    assert r.status_code == 200, r.text
+    return r.json()["trials"][0]
+
+
+def test_the_service_and_the_optimizer_suggest_the_same_to_a_crowd(server: LiveServer) -> None:
+    """Same tells, same snapshot, same adaptive state, same running trials: same suggestions."""
+    settings = FAST | {"ask_wait_seconds": 60}
+    told, in_flight = 18, 4
+    opt = Optimizer(BRANIN, seed=11, config={k: v for k, v in settings.items() if k != "ask_wait_seconds"})
+    with server.client() as http:
+        r = http.post("/v1/studies", json={"name": unique("crowd"), "space": BRANIN, "seed": 11,
+                                           "settings": settings})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+        for _ in range(told):  # a sequential user: each ask waits for the fit on every tell
+            t = _ask(http, sid)
+            s = opt.ask()[0]
+            assert t["params"] == s.params
+            value = branin(t["params"])
+            assert http.post(f"/v1/studies/{sid}/trials/{t['id']}/tell", json={"value": value}).status_code == 200
+            opt.tell(s.params, value)
+        served = [_ask(http, sid) for _ in range(in_flight)]  # then a crowd: these stay running
+        mine = [opt.ask()[0] for _ in range(in_flight)]
+    assert [t["params"] for t in served] == [s.params for s in mine]
+    assert all(t["prediction"] is not None for t in served)
+    for t, s in zip(served, mine, strict=True):
+        for a, b in zip(t["prediction"]["intervals"], s.prediction["intervals"], strict=True):
+            assert a["lower"] == pytest.approx(b["lower"], rel=1e-9) and a["alpha"] == pytest.approx(b["alpha"])
