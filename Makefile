@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= server,test
 
 
-.PHONY: run demo test lint bench bench-search bench-service bench-load bench-calibration bench-surrogates bench-fit-time bench-calibrated-bo clean venv
+.PHONY: run demo test lint bench bench-search bench-service bench-load bench-crowd-live bench-calibration bench-surrogates bench-crowd bench-fit-time bench-calibrated-bo clean venv
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -58,12 +58,24 @@ bench-service: $(BENCH_STAMP)
 bench-load: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/load.py
 
+# A fresh calibo serve under 32 clients (lognormal ~1 s trainings): asks served without a prediction,
+# fit lag, quality against Optuna's GPSampler driven the same way; writes the key "live" of crowd.json.
+bench-crowd-live: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/crowd_live.py
+
 bench-calibration: $(BENCH_STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/calibration.py --workers $(WORKERS)
 
 # Every surrogate x acquisition (diagonal grid) on search.py's tasks; long: see benchmarks/surrogates.py.
 bench-surrogates: $(BENCH_STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/surrogates.py --workers $(WORKERS)
+
+# calibo vs Optuna GP / TPE / random with K = 1, 8, 32 trials in flight (virtual clock, out-of-order
+# results), 13 tasks x 5 seeds x 100 trials, plus calibration gap vs K; long (~2-4 h on 2 cores).
+# VARIANTS="calibo:crowd=radius,calibo:acquisition=ts" adds EngineConfig variants.
+VARIANTS ?=
+bench-crowd: $(BENCH_STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/crowd_search.py --workers $(WORKERS) $(if $(VARIANTS),--variants "$(VARIANTS)")
 
 # Fit time against observations (100 .. 30,000) per surrogate and backend; DEVICE=cuda on a GPU machine.
 DEVICE ?= auto

@@ -28,11 +28,17 @@ one is asked. Each ask fits on the observations completed by then and calls
 state is updated when the trial completes (late, out of order). For every
 conformalized prediction the benchmark keeps ``beta = sup{a : y in C(a)}`` per
 pair and variant, and replays the adaptive states on them (``adapt``'s update,
-so the default row is the driver itself): coverage is ``alpha at ask < beta``.
-Variants on the same asked points, the split ones from one fit with
-``conformal="split", shift="fcs"`` per ask (unweighted and weighted bounds):
+so the default row is the driver itself): coverage is ``alpha at ask < beta``,
+which is what the shown interval covers (each pair's own conformal set). Two
+rows read the driver's predictions as shown: its intervals, and the pairs of
+its sorted quantiles (what predictions showed before). Variants on the same
+asked points, the split ones from one fit with ``conformal="split",
+shift="fcs"`` per ask (unweighted and weighted bounds):
 
-    default (adaptive + DtACI) | split | split+DtACI | split+FCS | split+FCS+DtACI | default+FCS
+    default (adaptive + DtACI) | split (+ACI, +DtACI) | split+FCS (+ACI, +DtACI) | default+FCS (DtACI, ACI)
+
+"late adapt at current alpha" is the default fed as adapt did before the
+late-feedback correction (``conformal.issued_beta``).
 
 Decomposition of the crowd's drift (the same asked sequence throughout):
 (a) late feedback: the default with adapt applied right after each ask, in
@@ -69,7 +75,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.tasks import TASKS  # noqa: E402
 from service.engine import EngineConfig, SearchSpace, adapt, fit, initial_states, select  # noqa: E402
 from service.engine import metrics as M  # noqa: E402
-from service.engine.conformal import Bounds, beta_of, pair_alphas  # noqa: E402
+from service.engine.conformal import Bounds, beta_of, issued_beta, pair_alphas, pair_interval  # noqa: E402
 from service.engine.optimizer import warmup_points  # noqa: E402
 
 LEVELS = (0.125, 0.25, 0.375, 0.625, 0.75, 0.875)  # pairs: 75%, 50%, 25% intervals
@@ -193,9 +199,12 @@ def plot(runs: list[dict], summary: dict, path: Path) -> None:
 # ----------------------------------------------------------------------- crowd
 GRID = EngineConfig()  # the study default: 10 levels, pairs 90/70/50/30/10%
 GRID_NOMINAL = 1.0 - pair_alphas(GRID.level_grid)
-# row: (beta key, adapter, feedback) with feedback "late" (at completion) or "now" (right after the ask)
+# row: (beta key, adapter, feedback), feedback "late": at completion, as adapt does it (the issued
+# interval's outcome, conformal.issued_beta); "current": at completion, read at the state's current
+# alpha (adapt before the late-feedback correction); "now": right after the ask, in ask order
 CROWD_ROWS = {
     "default (adaptive+DtACI)": ("default", "dtaci", "late"),
+    "default, late adapt at current alpha": ("default", "dtaci", "current"),
     "(a) default, adapt in ask order": ("default", "dtaci", "now"),
     "(b) default, fresh fit + ask order": ("fresh", "dtaci", "now"),
     "default, fresh fit, late adapt": ("fresh", "dtaci", "late"),
@@ -203,40 +212,48 @@ CROWD_ROWS = {
     "split+ACI": ("split", "aci", "late"),
     "split+DtACI": ("split", "dtaci", "late"),
     "split+FCS": ("split_fcs", "none", "late"),
+    "split+FCS+ACI": ("split_fcs", "aci", "late"),
     "split+FCS+DtACI": ("split_fcs", "dtaci", "late"),
     "default+FCS": ("default_fcs", "dtaci", "late"),
+    "default+FCS, ACI": ("default_fcs", "aci", "late"),
 }
-# the driver's own predictions as a client sees them: its interval per pair, or (what the engine
-# showed before intervals were each pair's own conformal set) the pairs of its sorted quantiles
-SHOWN_ROWS = {"default, intervals as shown": "intervals", "default, sorted quantiles (old display)": "quantiles"}
+OLD_DISPLAY = "default, sorted quantiles (old display)"  # the pairs of the driver's sorted quantiles
 SPLIT_FCS = EngineConfig(conformal="split", shift="fcs")
+
+
+class Sets:
+    """One prediction's stored point sets (``Bounds.packed``) and its outcome, internal orientation."""
+
+    def __init__(self, points: np.ndarray, weighted: bool, y: float) -> None:
+        self.points, self.weighted, self.y = np.asarray(points, dtype=float), weighted, y
+        self.betas = [beta_of(self.points[0, j], self.points[1, j], y, weighted) for j in range(self.points.shape[1])]
+
+    @classmethod
+    def of(cls, bounds: Bounds, row: int, y: float) -> Sets:
+        return cls(bounds.packed(row), bounds.weighted, y)
+
+    def covered(self, alphas: np.ndarray) -> list[bool]:
+        """Whether the shown interval (clamped ends, as a study records it) at ``alphas`` holds ``y``."""
+        pk, y = self.points, self.y
+        return [lo <= y <= hi for lo, hi in (pair_interval(pk[0, j], pk[1, j], float(a), self.weighted)
+                                             for j, a in enumerate(alphas))]
 
 
 @dataclass
 class Trial:
-    """One asked trial of a crowd run: what was asked, its outcome, and ``beta`` per variant."""
+    """One asked trial of a crowd run: what was asked, its outcome, and its point sets per variant."""
 
     params: dict[str, Any]
     value: float
     n_done: int  # observations completed when it was asked
     prediction: dict[str, Any] | None
-    betas: dict[str, list[float]] = field(default_factory=dict)
+    sets: dict[str, Sets] = field(default_factory=dict)
     nn_dist: float = float("nan")  # unit-cube distance to the nearest completed observation
 
 
 def durations(task: str, seed: int, k: int, n: int) -> np.ndarray:
     """Heavy-tailed trial durations, lognormal(0, 1), seeded by task, seed and K."""
     return np.random.default_rng([zlib.crc32(task.encode()), seed, k, 5]).lognormal(0.0, 1.0, n)
-
-
-def bounds_betas(bounds: Bounds, row: int, y_int: float) -> list[float]:
-    pk = bounds.packed(row)
-    return [beta_of(pk[0, j], pk[1, j], y_int, bounds.weighted) for j in range(bounds.P)]
-
-
-def prediction_betas(pred: dict[str, Any], y_int: float) -> list[float]:
-    pk = np.asarray(pred["points"], dtype=float)
-    return [beta_of(pk[0, j], pk[1, j], y_int, pred.get("shift") == "fcs") for j in range(pk.shape[1])]
 
 
 class CrowdRun:
@@ -269,20 +286,21 @@ class CrowdRun:
         return trial
 
     def score(self, trial: Trial, snap, pending: list[dict]) -> None:
-        """``beta`` per pair of every variant at the asked point."""
-        y_int = self.sign * trial.value
-        trial.betas["default"] = prediction_betas(trial.prediction, y_int)
+        """The point sets of every variant at the asked point."""
+        y, sets = self.sign * trial.value, trial.sets
+        pred = trial.prediction
+        sets["default"] = Sets(pred["points"], pred.get("shift") == "fcs", y)
         split = self.fit(self.done, SPLIT_FCS, pending)
         row = split.candidate_keys().index(self.space.key(trial.params))
-        trial.betas["split_fcs"] = bounds_betas(split.bounds, row, y_int)
-        trial.betas["split"] = bounds_betas(replace(split, cal_weight=None, cand_weight=None).bounds, row, y_int)
-        trial.betas["default_fcs"] = trial.betas["split_fcs" if snap.method == "split" else "default"]
-        if self.k == 1:  # sequential: the completed trials are all the asked ones
-            trial.betas["fresh"] = trial.betas["default"]
-            return
-        before = [(a.params, a.value) for a in self.asked]
-        fresh = self.fit(before, GRID, [], candidates=self.space.to_unit([trial.params]))
-        trial.betas["fresh"] = bounds_betas(fresh.bounds, 0, y_int) if fresh.method != "raw" else trial.betas["default"]
+        sets["split_fcs"] = Sets.of(split.bounds, row, y)
+        sets["split"] = Sets.of(replace(split, cal_weight=None, cand_weight=None).bounds, row, y)
+        sets["default_fcs"] = sets["split_fcs" if snap.method == "split" else "default"]
+        sets["fresh"] = sets["default"]  # sequential: the completed trials are all the asked ones
+        if self.k > 1:
+            before = [(a.params, a.value) for a in self.asked]
+            fresh = self.fit(before, GRID, [], candidates=self.space.to_unit([trial.params]))
+            if fresh.method != "raw":
+                sets["fresh"] = Sets.of(fresh.bounds, 0, y)
 
     def run(self) -> CrowdRun:
         running: list[tuple[float, int]] = []
@@ -301,8 +319,9 @@ class CrowdRun:
         return self
 
 
-def replay(run: CrowdRun, key: str, adapter: str, feedback: str) -> np.ndarray:
-    """(T, P) coverage ``alpha at ask < beta`` of the scored trials, adaptive states replayed."""
+def replay(run: CrowdRun, key: str, adapter: str, feedback: str) -> tuple[np.ndarray, np.ndarray]:
+    """Coverage (T, P) of the scored trials with the adaptive states replayed: of the shown
+    intervals (clamped ends, what a study records) and by the exact rule ``alpha at ask < beta``."""
     states = initial_states(replace(GRID, adapter=adapter), run.seed)
     if feedback == "now":
         events = [(e, t) for t in range(len(run.asked)) for e in ("ask", "done")]
@@ -310,40 +329,42 @@ def replay(run: CrowdRun, key: str, adapter: str, feedback: str) -> np.ndarray:
         events = run.events
     alpha_at: dict[int, np.ndarray] = {}
     for e, t in events:
-        beta = run.asked[t].betas.get(key)
-        if beta is None:
+        sets = run.asked[t].sets.get(key)
+        if sets is None:
             continue
         if e == "ask":
             alpha_at[t] = np.array([s.alpha for s in states])
+        elif feedback == "current":
+            states = [s.update(b) for s, b in zip(states, sets.betas, strict=True)]
         else:
-            states = [s.update(b) for s, b in zip(states, beta, strict=True)]
-    scored = sorted(alpha_at)
-    return np.array([alpha_at[t] < np.asarray(run.asked[t].betas[key]) for t in scored], dtype=float)
+            states = [s.update(issued_beta(b, s.alpha, a))
+                      for s, b, a in zip(states, sets.betas, alpha_at[t], strict=True)]
+    scored = [(alpha_at[t], run.asked[t].sets[key]) for t in sorted(alpha_at)]
+    shown = np.array([sets.covered(a) for a, sets in scored], dtype=float)
+    rule = np.array([a < np.asarray(sets.betas) for a, sets in scored], dtype=float)
+    return shown, rule
 
 
-def shown(run: CrowdRun, how: str) -> np.ndarray:
-    """(T, P) coverage of the driver's predictions of the scored trials, as shown at ask."""
+def old_display(run: CrowdRun) -> np.ndarray:
+    """(T, P) coverage of the pairs of the driver's sorted quantiles (shown before the fix)."""
     out = []
-    for trial in (a for a in run.asked if a.betas):
-        pred, y = trial.prediction, trial.value
-        if how == "intervals":
-            out.append([iv["lower"] <= y <= iv["upper"] for iv in pred["intervals"]])
-        else:
-            q = pred["quantiles"]
-            out.append([q[j] <= y <= q[len(q) - 1 - j] for j in range(len(q) // 2)])
-    return np.array(out, dtype=float).reshape(-1, GRID_NOMINAL.size)
+    for trial in (a for a in run.asked if a.sets):
+        q, y = trial.prediction["quantiles"], trial.value
+        out.append([q[j] <= y <= q[len(q) - 1 - j] for j in range(len(q) // 2)])
+    return np.array(out, dtype=float)
 
 
 def crowd_sequence(task_name: str, seed: int, k: int, trials: int) -> dict:
     run = CrowdRun(task_name, seed, k, trials).run()
     rows = {}
     for name, (key, adapter, feedback) in CROWD_ROWS.items():
-        covered = replay(run, key, adapter, feedback)
-        rows[name] = {"coverage": M.coverage(covered).tolist(), "n": int(covered.shape[0])}
-    for name, how in SHOWN_ROWS.items():
-        covered = shown(run, how)
-        rows[name] = {"coverage": M.coverage(covered).tolist(), "n": int(covered.shape[0])}
-    scored = [a for a in run.asked if a.betas]
+        shown, rule = replay(run, key, adapter, feedback)
+        rows[name] = {"coverage": M.coverage(shown).tolist(), "coverage_rule": M.coverage(rule).tolist(),
+                      "n": int(shown.shape[0])}
+    old = old_display(run)
+    rows[OLD_DISPLAY] = {"coverage": M.coverage(old).tolist(), "coverage_rule": M.coverage(old).tolist(),
+                         "n": int(old.shape[0])}
+    scored = [a for a in run.asked if a.sets]
     return {
         "task": task_name, "seed": seed, "k": k, "rows": rows,
         "nn_dist": float(np.nanmean([a.nn_dist for a in scored])) if scored else float("nan"),
@@ -368,23 +389,28 @@ def gap(coverage: np.ndarray) -> float:
     return float(np.mean(np.abs(np.asarray(coverage) - GRID_NOMINAL)))
 
 
+def _task_cell(rs: list[dict], name: str) -> dict:
+    """One task's coverage (pooled over seeds) and gaps for a row: shown intervals and exact rule."""
+    out = {}
+    for field_, tag in (("coverage", ""), ("coverage_rule", "rule_")):
+        cov = np.mean([r["rows"][name][field_] for r in rs], axis=0)
+        out[f"{tag}coverage"], out[f"{tag}gap"] = cov.tolist(), gap(cov)
+    out["run_gap"] = float(np.mean([gap(r["rows"][name]["coverage"]) for r in rs]))
+    return out
+
+
 def summarize_crowd(runs: list[dict]) -> dict:
     tasks = sorted({r["task"] for r in runs})
     ks = sorted({r["k"] for r in runs})
     table: dict[str, dict[str, Any]] = {}
-    for name in (*SHOWN_ROWS, *CROWD_ROWS):
+    for name in (OLD_DISPLAY, *CROWD_ROWS):
         table[name] = {}
         for k in ks:
-            per_task = {}
-            for t in tasks:
-                rs = [r for r in runs if r["task"] == t and r["k"] == k and r["rows"][name]["n"]]
-                cov = np.mean([r["rows"][name]["coverage"] for r in rs], axis=0)
-                per_task[t] = {"coverage": cov.tolist(), "gap": gap(cov),
-                               "run_gap": float(np.mean([gap(r["rows"][name]["coverage"]) for r in rs]))}
-            table[name][str(k)] = {"gap": float(np.mean([v["gap"] for v in per_task.values()])),
-                                   "run_gap": float(np.mean([v["run_gap"] for v in per_task.values()])),
-                                   "coverage": np.mean([v["coverage"] for v in per_task.values()], axis=0).tolist(),
-                                   "per_task": per_task}
+            per_task = {t: _task_cell([r for r in runs if r["task"] == t and r["k"] == k and r["rows"][name]["n"]],
+                                      name) for t in tasks}
+            cell = {m: float(np.mean([v[m] for v in per_task.values()])) for m in ("gap", "rule_gap", "run_gap")}
+            cell["coverage"] = np.mean([v["coverage"] for v in per_task.values()], axis=0).tolist()
+            table[name][str(k)] = {**cell, "per_task": per_task}
     crowd = {str(k): {m: float(np.mean([r[m] for r in runs if r["k"] == k]))
                       for m in ("nn_dist", "late_by")} for k in ks}
     return {"tasks": tasks, "k": ks, "table": table, "crowd": crowd}
@@ -392,13 +418,13 @@ def summarize_crowd(runs: list[dict]) -> dict:
 
 def print_crowd(summary: dict, seeds: int, trials: int) -> None:
     ks = summary["k"]
-    print(f"\nCrowd calibration gap, mean over pairs of |coverage - nominal| (90/70/50/30/10%), "
-          f"coverage pooled over {seeds} seeds per task, mean over {len(summary['tasks'])} tasks, "
-          f"{trials} trials; per-run gap in brackets")
-    print(f"{'row':<36}" + "".join(f"{'K=' + str(k):>16}" for k in ks)
+    print(f"\nCrowd calibration gap, mean over pairs of |coverage - nominal| (90/70/50/30/10%) of the shown "
+          f"intervals, coverage pooled over {seeds} seeds per task, mean over {len(summary['tasks'])} tasks, "
+          f"{trials} trials; in brackets by the exact rule (an infinite end covers)")
+    print(f"{'row':<40}" + "".join(f"{'K=' + str(k):>16}" for k in ks)
           + (f"{'gap(8)/gap(1)':>15}" if {1, 8} <= set(ks) else ""))
     for name, by_k in summary["table"].items():
-        line = f"{name:<36}" + "".join(f"{by_k[str(k)]['gap']:>9.3f} [{by_k[str(k)]['run_gap']:.3f}]" for k in ks)
+        line = f"{name:<40}" + "".join(f"{by_k[str(k)]['gap']:>9.3f} [{by_k[str(k)]['rule_gap']:.3f}]" for k in ks)
         if {1, 8} <= set(ks):
             line += f"{by_k['8']['gap'] / max(by_k['1']['gap'], 1e-12):>15.2f}"
         print(line)

@@ -122,6 +122,7 @@ def ask_stats(rows: list[dict[str, Any]], acked_at: list[float]) -> dict[str, An
 
 def run_calibo(task: Task, seed: int, args: argparse.Namespace, tmp: Path, bar: Any) -> dict[str, Any]:
     label = f"{task.name}-{seed}"
+    load = os.getloadavg()[0]  # this machine's other work slows the fit process (nice 10) most
     t0 = time.perf_counter()
     with server_on(f"sqlite:///{tmp / label}.db", tmp / f"server-{label}.log", workers=args.workers,
                    code=tmp / "code") as srv:
@@ -141,7 +142,8 @@ def run_calibo(task: Task, seed: int, args: argparse.Namespace, tmp: Path, bar: 
     problems = ([] if finished else ["the crowd did not finish"]) + [
         f"{k}: {summary[k]}" for k in ("failed_permanently", "crashed", "answers_500")
         if summary[k] and summary[k] != {"ask": 0, "tell": 0, "total": 0}]
-    out = {"system": "calibo", "task": task.name, "seed": seed, "server_ready_s": round(ready_s, 3),
+    out = {"system": "calibo", "task": task.name, "seed": seed, "loadavg_1m": load,
+           "server_ready_s": round(ready_s, 3),
            "wall_s": summary["wall_s"], "told": len(values),
            **{f"best@{k}": best_at(values, k, task.direction) for k in AT},
            **ask_stats(asks.rows, [p[3] for p in pairs]), "surrogate_status": status,
@@ -206,7 +208,7 @@ def print_table(runs: list[dict[str, Any]], meta: dict[str, Any]) -> None:
           f"clients, {meta['args']['trials']} trials, training ~ lognormal(median {meta['args']['duration']} s, "
           f"sigma {meta['args']['sigma']}); git {meta['server_code'].get('git_commit', '?')[:10]} "
           f"({meta['args']['code']}); {meta['cpu_count']} cores")
-    head = (f"{'task':<11}{'seed':>4}{'ready s':>8}{'wall s':>7}{'unpred':>7}{'>=warm':>7}{'1st pred':>9}"
+    head = (f"{'task':<11}{'seed':>4}{'load':>5}{'ready s':>8}{'wall s':>7}{'unpred':>7}{'>=warm':>7}{'1st pred':>9}"
             f"{'last unp':>9}{'lag n p50':>10}{'p95':>5}{'lag s p50':>10}{'p95':>6}{'best@50':>10}{'best@100':>10}"
             f"{'gp@50':>10}{'gp@100':>10}")
     print(head)
@@ -214,12 +216,12 @@ def print_table(runs: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     peer = {(r["task"], r["seed"]): r for r in runs if r["system"] == "optuna_gp"}
     for r in (x for x in runs if x["system"] == "calibo"):
         o = peer.get((r["task"], r["seed"]), {})
-        print(f"{r['task']:<11}{r['seed']:>4}{_f(r['server_ready_s'], 8, 1)}{_f(r['wall_s'], 7, 1)}"
+        print(f"{r['task']:<11}{r['seed']:>4}{_f(r['loadavg_1m'], 5, 1)}{_f(r['server_ready_s'], 8, 1)}{_f(r['wall_s'], 7, 1)}"
               f"{_f(r['unpredicted'], 7)}{_f(r['unpredicted_after_warmup'], 7)}{_f(r['first_predicted'], 9)}"
               f"{_f(r['last_unpredicted'], 9)}{_f(r['lag_trials']['p50'], 10, 0)}{_f(r['lag_trials']['p95'], 5, 0)}"
               f"{_f(r['lag_s']['p50'], 10, 2)}{_f(r['lag_s']['p95'], 6, 2)}{_f(r['best@50'], 10)}"
               f"{_f(r['best@100'], 10)}{_f(o.get('best@50'), 10)}{_f(o.get('best@100'), 10)}")
-    print("unpred: asks without a prediction (>=warm: of them, asked with >= 15 tells acknowledged); 1st pred / "
+    print("load: the machine's 1-min load average as the run began; unpred: asks without a prediction (>=warm: of them, asked with >= 15 tells acknowledged); 1st pred / "
           "last unp: ask order of the first with a prediction / the last without; lag: completed - fitted_on "
           "(trials) and the age of the oldest unfitted tell (s) over asks with a prediction; gp: optuna GPSampler "
           "with the same threads and sleeps.")
@@ -323,6 +325,7 @@ def main() -> None:
                     with progress_bar(args.trials, f"optuna_gp {task.name} s{seed}") as bar:
                         runs.append(run_optuna(task, seed, args, bar))
     meta["wall_seconds"] = round(time.time() - t0, 1)
+    meta["loadavg_at_end"] = os.getloadavg()
     print_table(runs, meta)
     save(out, {"meta": meta, "runs": runs})
     png = out.with_name("crowd_live.png")

@@ -101,8 +101,10 @@ class Client:
 
     # ------------------------------------------------------------ the API
     def health(self) -> dict[str, Any]:
-        """``GET /healthz``: ``{"status": "ok", "database": "ok"}`` when the server is ready; ``{"status":
-        "unavailable", "database": "down"}`` (answered at once, not retried) while its database is not."""
+        """``GET /healthz``: ``{"status": "ok", "database": "ok", "fit_pool": "ok"}`` when the server is
+        ready; ``{"status": "unavailable", ...}`` (answered at once, not retried) while its database is
+        down (``"database": "down"``) or its fit processes are not up and warm (``"fit_pool": "starting"``
+        or ``"down"``)."""
         return self._run(api.health())
 
     def create_study(

@@ -108,8 +108,8 @@ class LiveServer:
     database_url: str
     workers: int = 1
     api_tokens: str = ""
-    # how long a sequential ask may wait for its fit: the first fit spawns the fit process, whose
-    # imports (torch, scikit-learn, LightGBM) take 4-5 s on this 2-core machine, more when it is busy
+    # how long a sequential ask may wait for its fit: generous, as fits run slowly on this 2-core
+    # machine when the suite keeps it busy (the fit process itself is warm before start() returns)
     ask_wait_seconds: float = 30.0
     port: int = 0
     settings: dict = field(default_factory=dict)  # other Settings fields
@@ -136,11 +136,17 @@ class LiveServer:
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
         self._thread.start()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"calibo server on {self.url} did not start")
             time.sleep(0.02)
+        # ready: /healthz says 200 once the fit processes are warm
+        with httpx.Client(base_url=self.url, timeout=5.0) as c:
+            while (r := c.get("/healthz")).status_code != 200:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"calibo server on {self.url} not ready: {r.text}")
+                time.sleep(0.05)
         return self
 
     def stop(self) -> None:

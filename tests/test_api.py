@@ -68,7 +68,7 @@ def wait_fitted(http: httpx.Client, sid: int, n: int, timeout: float = 60.0) -> 
 
 # ------------------------------------------------------------------ studies
 def test_health(http: httpx.Client) -> None:
-    assert http.get("/healthz").json() == {"status": "ok", "database": "ok"}
+    assert http.get("/healthz").json() == {"status": "ok", "database": "ok", "fit_pool": "ok"}
     assert http.get("/livez").json() == {"status": "ok"}
 
 

@@ -13,7 +13,7 @@ from client import AsyncClient, Client, Conflict, InvalidRequest, NotFound
 
 def test_sync_client_round_trip(live_server: LiveServer) -> None:
     with Client(live_server.url) as c:
-        assert c.health() == {"status": "ok", "database": "ok"}
+        assert c.health() == {"status": "ok", "database": "ok", "fit_pool": "ok"}
         name = unique()
         study = c.create_study(name, BRANIN, seed=5, settings=FAST)
         assert c.create_study(name, BRANIN, seed=5, settings=FAST)["id"] == study["id"]  # idempotent

@@ -192,3 +192,17 @@ def test_the_service_and_the_optimizer_suggest_the_same_to_a_crowd(server: LiveS
     for t, s in zip(served, mine, strict=True):
         for a, b in zip(t["prediction"]["intervals"], s.prediction["intervals"], strict=True):
             assert a["lower"] == pytest.approx(b["lower"], rel=1e-9) and a["alpha"] == pytest.approx(b["alpha"])
+
+
+def test_crowd_and_shift_settings_over_http(server: LiveServer) -> None:
+    with server.client() as http:
+        def create(settings: dict) -> httpx.Response:
+            return http.post("/v1/studies", json={"name": unique("set"), "space": BRANIN, "settings": settings})
+
+        ok = create({"crowd": "penalize", "shift": "fcs"})
+        assert ok.status_code == 201, ok.text
+        assert ok.json()["settings"]["crowd"] == "penalize" and ok.json()["settings"]["shift"] == "fcs"
+        for settings, field in (({"crowd": "nearest"}, "crowd"), ({"shift": "fcs", "conformal": "cv+"}, "shift")):
+            r = create(settings)
+            assert r.status_code == 422, r.text
+            assert r.json()["error"]["field"].split(".")[-1] == field, r.json()

@@ -160,12 +160,12 @@ def test_summarize_an_optimizer_run() -> None:
     assert 0 <= out["rmsce"] <= 1 and len(out["llr"]) == 5
     conf = M.summarize(opt.records, conformal_only=True)
     assert conf["n"] == sum(r["method"] != "raw" for r in opt.records) > 0
-    # records agree with themselves: covered is the told value inside the stored quantile pair
-    L = len(opt.records[0]["levels"])
+    # records agree with themselves: covered is the told value inside each pair's shown interval
+    # (the pair's own conformal set, which beta_t and ACI/DtACI refer to), width its length
     for r in opt.records:
-        q = r["quantiles"]
-        assert r["covered"] == [q[j] <= r["value"] <= q[L - 1 - j] for j in range(L // 2)]
-        assert r["width"] == pytest.approx([q[L - 1 - j] - q[j] for j in range(L // 2)])
+        assert r["covered"] == [lo <= r["value"] <= hi for lo, hi in zip(r["lower"], r["upper"], strict=True)]
+        assert r["width"] == pytest.approx([hi - lo for lo, hi in zip(r["lower"], r["upper"], strict=True)])
+        assert all(a <= b for a, b in zip(r["quantiles"], r["quantiles"][1:], strict=False))
     covered = np.array([r["covered"] for r in opt.records], dtype=float)
     np.testing.assert_allclose(out["coverage"], covered.mean(axis=0))
     np.testing.assert_allclose(out["rolling_coverage_error"],

@@ -40,6 +40,7 @@ from ..engine.limits import (
     bad_text,
 )
 from ..engine.optimizer import CONFORMAL_MODES
+from ..engine.shift import SHIFT_MODES
 from ..engine.surrogates import SURROGATES
 from ..studies import SERVICE_SETTINGS
 
@@ -172,6 +173,9 @@ StudySettings = create_model(
     crowd=(Literal[CROWD_MODES] | None, Field(None, description="how running trials condition a choice: "  # type: ignore[valid-type]
            "believer (default; GP surrogates: spread conditioned on the running points, others penalize), "
            "penalize (local penalisation with the model's Lipschitz constant) or radius (fixed diversity radius)")),
+    shift=(Literal[SHIFT_MODES] | None, Field(None, description="none (default) or fcs: split-rule intervals "  # type: ignore[valid-type]
+           "weighted for the feedback covariate shift of the selection (Fannjiang et al. 2022); not with "
+           "conformal cv+ or raw")),
     levels=(Annotated[list[Real], Field(min_length=2, max_length=int(SETTING_RANGES["n_levels"][1]))] | None,
             Field(None, description="explicit quantile levels: even count, increasing, symmetric about 0.5, "
                   "inside (0, 1); replaces n_levels")),

@@ -24,7 +24,7 @@ quantile):
 For split this is ``Q_lo(x) - q`` and ``Q_hi(x) + q`` with ``q`` the
 ``ceil((1-a)(n+1))``-th smallest score. An order index outside ``1..n`` would
 be an infinite bound; for ranking candidates it is clamped to the extreme
-point, while coverage (``covered_below``) uses the exact rule.
+point (and shown so), while ``beta_from_points`` (what ACI / DtACI read) uses the exact rule.
 
 Scaled scores. A surrogate whose uncertainty is a point estimate and a spread
 ``V(x)`` (``model.scaled``: ACHO's locally weighted estimators, the BANANAS
@@ -45,6 +45,20 @@ thesis, section 3.2.2-3.2.3):
   resample left it out (points in every resample are not scored); the shown
   model is the average of all B and the interval is split's rule over those
   scores.
+
+Shown intervals. ``Bounds.at`` sorts each candidate's calibrated quantiles
+(the acquisitions need a monotone quantile function), which mixes pairs whose
+ends cross, e.g. a narrow raw interval widened by a negative score quantile.
+A prediction's interval for a pair is that pair's own conformal set at its
+alpha (``pair_interval``), the set ``beta_t`` and so ACI / DtACI refer to; an
+empty set (crossed ends) is shown as the zero-width interval at the midpoint
+of its ends. Showing the sorted pairs instead made a study's intervals cover
+far more than the adaptive state was told, most in crowds
+(``benchmarks/calibration.py``, crowd rows).
+
+Covariate shift. With ``shift="fcs"`` a split-rule snapshot carries weights
+of its calibration points and candidates and the thresholds are weighted
+quantiles, one per candidate (``engine.shift``).
 
 Schedule (paper 002, section 5.1 and 6.3): raw quantiles below
 ``conformalize_from`` (32) observations, CV+ (K = 5) below ``split_from`` (50),
@@ -359,6 +373,22 @@ def pair_interval(lower: np.ndarray, upper: np.ndarray, alpha: float, weighted: 
     """
     lo, hi = weighted_interval(lower, upper, alpha) if weighted else interval_from_points(lower, upper, alpha)
     return (lo, hi) if lo <= hi else ((lo + hi) / 2.0,) * 2
+
+
+def issued_beta(beta: float, alpha_now: float, alpha_issued: float) -> float:
+    """The ``beta`` to update a state with whose alpha moved since the interval was issued.
+
+    ACI and DtACI see an outcome only through ``alpha - beta`` (the miss
+    ``1[alpha >= beta]``, the pinball loss of ``beta - alpha``). With late
+    feedback (a crowd: outcomes arrive 7-31 predictions after their ask, out of
+    order) the state's alpha has moved by then; shifted by that move, the
+    update reads the outcome of the interval actually issued. For ACI this is
+    exact, and it is what its guarantee needs: ``alpha_{T+1} = alpha_1 + gamma
+    sum(target - err)`` over the issued intervals' misses keeps their long-run
+    miscoverage at the target whatever the delays. DtACI's experts are shifted
+    by the move of the alpha it used. Sequentially (nothing moved) it is ``beta``.
+    """
+    return beta + (alpha_now - alpha_issued)
 
 
 def beta_of(lower: np.ndarray, upper: np.ndarray, y: float, weighted: bool = False) -> float:

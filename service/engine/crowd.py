@@ -83,14 +83,18 @@ def lipschitz(cand: np.ndarray, med: np.ndarray) -> float:
     return float(slopes.max())
 
 
-def fit_info(model: Any, cand: np.ndarray, raw: np.ndarray) -> dict[str, Any]:
-    """What ``select`` needs to condition on running points, stored as ``meta["crowd"]``."""
-    L = raw.shape[1]
-    med = 0.5 * (raw[:, L // 2 - 1] + raw[:, L // 2])
-    info: dict[str, Any] = {"lipschitz": lipschitz(cand, med)}
+def fit_info(model: Any, cand: np.ndarray, raw: np.ndarray, mode: str) -> dict[str, Any]:
+    """What ``select`` needs to condition on running points in ``mode``, stored as ``meta["crowd"]``.
+
+    The GP kernel costs nothing to keep; the Lipschitz constant (O(N^2), 50 ms at
+    2000 candidates) is computed only where penalisation will read it.
+    """
+    info: dict[str, Any] = {}
     kernel = kernel_of(model)
     if kernel is not None:
         info["kernel"] = kernel
+    if mode == "penalize" or (mode == "believer" and kernel is None):
+        info["lipschitz"] = lipschitz(cand, _median(raw))
     return info
 
 

@@ -27,6 +27,7 @@ from .conformal import (
     beta_of,
     check_levels,
     conformalize,
+    issued_beta,
     midpoint_levels,
     pair_alphas,
     pair_interval,
@@ -253,7 +254,7 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
         cand_weight=cand_weight,
         surrogate=config.surrogate,
         fit_seconds=time.perf_counter() - t0,
-        meta={"device": cf.model.ran_on, "crowd": crowd.fit_info(cf.model, cand, raw)},
+        meta={"device": cf.model.ran_on, "crowd": crowd.fit_info(cf.model, cand, raw, config.crowd)},
     )
 
 
@@ -410,7 +411,8 @@ def select(
         # the prediction is the calibrated one: the running points' outcomes are not known
         preds.append(_prediction(snapshot, row, Q, alphas, sign, config.acquisition, sc[row]))
         alive[row] = False
-        view.add([row])
+        if len(rows) < count:  # the next choice of the batch is conditioned on this one
+            view.add([row])
     params = space.from_unit(cand[rows]) if rows else []
     out = [Suggestion(p, pred) for p, pred in zip(params, preds, strict=True)]
     if len(out) < count:
@@ -429,7 +431,9 @@ def adapt(
     """Update every pair's alpha with the observed ``value``; return the calibration record.
 
     Raw (unconformalized) predictions are recorded but do not move alpha: there
-    are no scores to re-weight yet.
+    are no scores to re-weight yet. A state that moved since the ask (late
+    feedback) is updated with the outcome of the interval issued at ask
+    (``conformal.issued_beta``).
     """
     if prediction is None:
         return list(states), None
@@ -444,10 +448,10 @@ def adapt(
         y_int = prediction.get("sign", 1.0) * value
         weighted = prediction.get("shift") == "fcs"
         new = []
-        for j, s in enumerate(states):
+        for j, (s, iv) in enumerate(zip(states, prediction["intervals"], strict=True)):
             beta = beta_of(pts[0, j], pts[1, j], y_int, weighted)
             betas.append(beta)
-            new.append(s.update(beta))
+            new.append(s.update(issued_beta(beta, s.alpha, iv["alpha"])))  # late feedback: see issued_beta
     record = {
         "method": prediction["method"],
         "coverage": [iv["coverage"] for iv in prediction["intervals"]],

@@ -64,8 +64,8 @@ def init_process(database_url: str, device: str | None = None, ready: Connection
 
 
 def warm_up() -> float | None:
-    """A tiny real fit (default engine settings, 8 observations in 2-D, few candidates): whatever a
-    study's first fit would load (BLAS, the surrogate's lazy imports and caches) is loaded now.
+    """A tiny real fit (default engine settings, 8 observations in 2-D): whatever a study's first
+    fit would load (BLAS, the surrogate's lazy imports and caches, the candidate sampler) is loaded now.
     Its seconds, or None when it failed (logged: the process serves fits all the same)."""
     rng = np.random.default_rng(0)
     space = SearchSpace.from_dict({"x": {"type": "float", "low": 0.0, "high": 1.0},
@@ -73,7 +73,7 @@ def warm_up() -> float | None:
     obs = [({"x": float(a), "y": float(b)}, float((a - 0.3) ** 2 + b)) for a, b in rng.random((8, 2))]
     t0 = time.perf_counter()
     try:
-        fit(obs, space, EngineConfig(n_candidates=64), "minimize", 0, device=_device)
+        fit(obs, space, EngineConfig(), "minimize", 0, device=_device)
     except Exception as e:  # noqa: BLE001 - a warm-up must not take the process down
         log.warning("fit process %d: warm-up fit failed: %s: %s", os.getpid(), type(e).__name__, e)
         return None

@@ -215,7 +215,10 @@ class FitPool:
                                   f" in {pause:.1f} s" if pause else "")
                         with self._cond:
                             self._cond.wait_for(lambda: self._closed, pause)
-                        self._replace_executor(procs.executor)
+                        try:
+                            self._replace_executor(procs.executor)
+                        except Exception as e:  # noqa: BLE001 - readiness says down; the next fit tries again
+                            log.error("could not start a new fit pool: %s", e, exc_info=e)
                         break
         finally:
             self._ready_r.close()
