@@ -67,7 +67,14 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.search import DEFAULT_TASKS, RESULTS, _mean_ranks, add_run_arguments, best_so_far  # noqa: E402
+from benchmarks.search import (  # noqa: E402
+    DEFAULT_TASKS,
+    RESULTS,
+    _mean_ranks,
+    add_run_arguments,
+    best_so_far,
+    merge_parts,
+)
 from benchmarks.tasks import TASKS, Task  # noqa: E402
 
 MAIN = ("calibo", "optuna_gp", "optuna_tpe", "random")
@@ -434,10 +441,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     if args.merge:
-        parts = [json.loads(Path(f).read_text()) for f in args.merge]
-        runs = list({run_key(r): r for p in parts for r in p["runs"]}.values())
-        trials = min(p.get("meta", {}).get("trials", args.trials) for p in parts)
-        meta = {"merged": args.merge, "parts": [p.get("meta", {}) for p in parts], "trials": trials}
+        runs, meta = merge_parts(args.merge, run_key, args.trials)
+        trials = meta["trials"]
     else:
         methods = list(dict.fromkeys(parse_methods(args.methods) + parse_methods(args.variants)))
         check_methods(methods)

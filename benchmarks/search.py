@@ -287,6 +287,14 @@ def add_run_arguments(ap: argparse.ArgumentParser, out: Path) -> None:
     ap.add_argument("--skip", nargs="*", default=[], help="result files whose runs are not repeated")
 
 
+def merge_parts(files: list[str], key, trials: int) -> tuple[list[dict], dict]:
+    """The runs of partial result ``files``, later ones winning per ``key(run)``, and the merged meta."""
+    parts = [json.loads(Path(f).read_text()) for f in files]
+    runs = list({key(r): r for p in parts for r in p["runs"]}.values())
+    trials = min(p.get("meta", {}).get("trials", trials) for p in parts)
+    return runs, {"merged": files, "parts": [p.get("meta", {}) for p in parts], "trials": trials}
+
+
 def print_final_best(final_best: dict[str, dict[str, float]], tasks: list[str], head: str, width: int) -> None:
     """The mean final best of each row (in the given order) per task."""
     print("\nmean final best per task:")

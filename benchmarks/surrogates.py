@@ -73,6 +73,7 @@ from benchmarks.search import (  # noqa: E402
     _mean_ranks,
     add_run_arguments,
     best_so_far,
+    merge_parts,
     print_final_best,
     sequential_study,
 )
@@ -255,11 +256,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     if args.merge:
-        parts = [json.loads(Path(f).read_text()) for f in args.merge]
-        runs = list({_key(r): r for p in parts for r in p["runs"]}.values())
-        trials = min(p.get("meta", {}).get("trials", args.trials) for p in parts)
-        meta = {"merged": args.merge, "parts": [p.get("meta", {}) for p in parts], "trials": trials,
-                "in_flight": 1}
+        runs, meta = merge_parts(args.merge, _key, args.trials)
+        trials, meta["in_flight"] = meta["trials"], 1
     else:
         from tqdm import tqdm
 

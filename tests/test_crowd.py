@@ -8,22 +8,13 @@ import httpx
 import numpy as np
 import pytest
 from conftest import LiveServer, unique
+from test_api import BRANIN, MIXED, branin
 
 from service.engine import EngineConfig, Optimizer, SearchSpace, fit, initial_states, select
 from service.engine.crowd import CROWD_MODES, Believer, Crowd, lipschitz, penalty
 
-BRANIN = {"x1": {"type": "float", "low": -5, "high": 10}, "x2": {"type": "float", "low": 0, "high": 15}}
 LINE = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
-MIXED = {"lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
-         "depth": {"type": "int", "low": 1, "high": 8},
-         "kind": {"type": "categorical", "choices": ["a", "b", "c"]}}
 FAST = {"n_warmup": 6, "conformalize_from": 10, "split_from": 16, "n_candidates": 300}
-
-
-def branin(p: dict) -> float:
-    x1, x2 = p["x1"], p["x2"]
-    return ((x2 - 5.1 / (4 * math.pi**2) * x1**2 + 5 / math.pi * x1 - 6) ** 2
-            + 10 * (1 - 1 / (8 * math.pi)) * math.cos(x1) + 10)
 
 
 def mixed(p: dict) -> float:
