@@ -368,7 +368,8 @@ def select(
     sign = _sign(direction)
     rng = np.random.default_rng([seed, asked, 11])
     pend_unit = space.to_unit(list(pending)) if pending else np.empty((0, space.dim))
-    busy_keys = set(space.keys(pend_unit)) if pending else set()
+    pend_keys = space.keys(pend_unit) if pending else []
+    busy_keys = set(pend_keys)
     if exclude:
         busy_keys.update(space.keys(space.to_unit(list(exclude))))
     busy_keys.update(exclude_keys)
@@ -381,17 +382,19 @@ def select(
 
     cand = snapshot.candidates
     keys = snapshot.candidate_keys()
+    if "index" not in snapshot.cache:  # candidate key -> row, once per snapshot
+        snapshot.cache["index"] = {k: i for i, k in enumerate(keys)}
+    index = snapshot.cache["index"]
     alive = np.ones(cand.shape[0], dtype=bool)
-    if busy_keys:
+    if len(index) == len(keys):  # distinct candidates (fit's own set): one lookup per busy key
+        alive[[index[k] for k in busy_keys if k in index]] = False
+    elif busy_keys:  # given candidates may repeat a configuration
         alive &= np.array([k not in busy_keys for k in keys])
     alphas = np.array([s.alpha for s in states], dtype=float)
     Q = snapshot.bounds.at(alphas)
     view = crowd.Crowd(config.crowd, snapshot, space, Q, config.diversity * math.sqrt(space.dim))
     if pending:
-        if "index" not in snapshot.cache:
-            snapshot.cache["index"] = {k: i for i, k in enumerate(keys)}
-        index = snapshot.cache["index"]
-        view.add(view.rows_of(pend_unit, space.keys(pend_unit), index))
+        view.add(view.rows_of(pend_unit, pend_keys, index))
 
     def score(Qv: np.ndarray, best: float) -> np.ndarray:
         return acq.score(config.acquisition, Qv, snapshot.levels, best=best, rng=rng, ucb_pair=config.ucb_pair)
