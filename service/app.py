@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 from fastapi import FastAPI
@@ -24,6 +24,9 @@ from .storage import Storage
 from .studies import StudyService
 from .studies.reaper import reap_once
 from .workers import FitPool
+
+if TYPE_CHECKING:
+    from .workers.queue import QueueFits
 
 log = logging.getLogger("calibo")
 
@@ -54,7 +57,17 @@ class Readiness:
             return self._ok
 
 
-async def _housekeeping(svc: StudyService, fits: FitPool, interval: float) -> None:
+def _fits(settings: Settings, storage: Storage) -> FitPool | QueueFits:
+    """Where this replica's refits go: its own process pool, or the cluster's queue."""
+    if settings.worker_mode == "queue":
+        from .workers.queue import QueueFits  # procrastinate: only imported where it is used
+
+        return QueueFits(storage, settings.database_url, connect_timeout=settings.db_timeout_seconds)
+    return FitPool(storage, settings.database_url, workers=settings.workers, retries=settings.fit_retries,
+                   device=settings.device)
+
+
+async def _housekeeping(svc: StudyService, fits: FitPool | QueueFits, interval: float) -> None:
     """Every ``interval`` seconds: fail orphaned running trials (see ``studies.reaper``) and resume
     fits that gave up while the database was unreachable."""
     trouble = Throttled(log, 60.0)
@@ -78,8 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
         storage = await anyio.to_thread.run_sync(lambda: Storage(
             settings.database_url, migrate=settings.migrate, connect_timeout=settings.db_timeout_seconds))
-        fits = FitPool(storage, settings.database_url, workers=settings.workers, retries=settings.fit_retries,
-                       device=settings.device)
+        fits = await anyio.to_thread.run_sync(_fits, settings, storage)
         app.state.storage = storage
         app.state.fits = fits
         app.state.studies = StudyService(settings, storage, fits)
@@ -89,10 +101,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             fits.request(study_id)
         housekeeping = asyncio.create_task(
             _housekeeping(app.state.studies, fits, settings.reaper_interval_seconds))
-        log.info("calibo %s started: %s, %d fit worker(s)%s, %d studies queued for a refit",
-                 __version__, storage.engine.url.render_as_string(hide_password=True), settings.workers,
-                 " warming up (/healthz says ready once they are warm)" if settings.workers else "",
-                 len(lagging))
+        where = ("fits on the job queue (`calibo worker` processes)" if settings.worker_mode == "queue" else
+                 f"{settings.workers} fit worker(s)"
+                 + (" warming up (/healthz says ready once they are warm)" if settings.workers else ""))
+        log.info("calibo %s started: %s, %s, %d studies queued for a refit",
+                 __version__, storage.engine.url.render_as_string(hide_password=True), where, len(lagging))
         try:
             yield
         finally:

@@ -10,7 +10,7 @@ import time
 
 # what `pip install calibo` (the client alone) lacks for the server commands
 SERVER_MODULES = {"fastapi", "uvicorn", "pydantic", "pydantic_settings", "sqlalchemy", "alembic", "psycopg",
-                  "numpy", "scipy", "sklearn", "lightgbm", "torch", "threadpoolctl"}
+                  "numpy", "scipy", "sklearn", "lightgbm", "torch", "threadpoolctl", "procrastinate"}
 
 
 def _branin(p: dict) -> float:
@@ -66,7 +66,8 @@ def serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if settings.log_level != "debug":
-        logging.getLogger("alembic").setLevel(logging.WARNING)
+        for noisy in ("alembic", "procrastinate"):  # a line per migration step / per deferred fit job
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     app = create_app(settings)
     # A request allocates many short-lived objects (ORM rows, JSON): collect the young
     # generation less often (4% of the server's CPU under a crowd went to the collector).
@@ -82,6 +83,35 @@ def serve(args: argparse.Namespace) -> int:
     config = uvicorn_config(app, settings, args.host, args.port, log_level=settings.log_level,
                             access_log=args.access_log)
     uvicorn.Server(config).run()
+    return 0
+
+
+def worker(args: argparse.Namespace) -> int:
+    """Take fit jobs from the cluster's queue until SIGTERM / Ctrl-C (settings from CALIBO_*)."""
+    import logging
+
+    settings = _settings(args)
+    if args.check:  # the container healthcheck: did this node's worker pass its watch lately?
+        from service.workers.worker import check_alive
+
+        alive = check_alive(settings.worker_alive_file, 3 * settings.worker_heartbeat_seconds)
+        print("calibo worker: " + ("alive" if alive else f"no heartbeat in {settings.worker_alive_file}"))
+        return 0 if alive else 1
+    if not settings.database_url.startswith("postgresql"):
+        print("calibo worker: the fit queue needs PostgreSQL (CALIBO_DATABASE_URL=postgresql://...)",
+              file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.log_level != "debug":
+        for noisy in ("alembic", "procrastinate"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+    from service.workers.worker import FitWorker
+
+    FitWorker(settings.database_url, concurrency=args.concurrency or settings.worker_concurrency,
+              retries=settings.fit_retries, heartbeat=settings.worker_heartbeat_seconds,
+              stalled=settings.worker_stalled_seconds, device=settings.device,
+              alive_file=settings.worker_alive_file, connect_timeout=settings.db_timeout_seconds,
+              migrate=settings.migrate).run()
     return 0
 
 
@@ -111,6 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-level", default=None)
     p.add_argument("--access-log", action="store_true", help="log every request")
     p.set_defaults(func=serve)
+
+    p = sub.add_parser("worker", help="take refits from the cluster's PostgreSQL job queue (CALIBO_WORKER_MODE=queue)")
+    p.add_argument("--database-url", default=None, help="overrides CALIBO_DATABASE_URL")
+    p.add_argument("--concurrency", type=int, default=None, help="fits at a time (overrides CALIBO_WORKER_CONCURRENCY)")
+    p.add_argument("--log-level", default=None)
+    p.add_argument("--check", action="store_true", help="exit 0 if this node's worker is alive (a healthcheck)")
+    p.set_defaults(func=worker)
 
     p = sub.add_parser("migrate", help="upgrade the database schema to head and exit")
     p.add_argument("--database-url", default=None, help="overrides CALIBO_DATABASE_URL")

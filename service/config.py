@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -27,6 +27,21 @@ class Settings(BaseSettings):
     workers: int = Field(
         default_factory=_default_workers, ge=0,
         description="fit processes in the local pool; 0 runs fits on a thread of the API process",
+    )
+    worker_mode: Literal["pool", "queue"] = Field(
+        "pool", description="where refits run: pool (a process pool inside `calibo serve`, the default) or "
+        "queue (a PostgreSQL job queue that `calibo worker` processes take them from: a cluster)",
+    )
+    worker_concurrency: int = Field(1, ge=1, le=64, description="fits one `calibo worker` runs at a time")
+    worker_heartbeat_seconds: float = Field(
+        10.0, gt=0, le=600, description="how often a `calibo worker` says it is alive and looks for stalled jobs")
+    worker_stalled_seconds: float = Field(
+        30.0, gt=0, le=3600, description="a fit job whose worker sent no heartbeat for this long is queued "
+        "again (its worker died or froze); must exceed worker_heartbeat_seconds",
+    )
+    worker_alive_file: str = Field(
+        "/tmp/calibo-worker.alive", description="file a `calibo worker` touches every heartbeat; "
+        "`calibo worker --check` (the container healthcheck) reads it",
     )
     ask_wait_seconds: float = Field(
         5.0, ge=0, le=600,
@@ -70,6 +85,15 @@ class Settings(BaseSettings):
         5.0, gt=0, le=600, description="connecting to the database gives up after this (then 503)",
     )
     docs: bool = Field(True, description="serve /docs, /redoc and /openapi.json (without auth)")
+
+    @model_validator(mode="after")
+    def _queue_needs_postgres(self) -> Settings:
+        if self.worker_mode == "queue" and not self.database_url.startswith("postgresql"):
+            raise ValueError("CALIBO_WORKER_MODE=queue needs PostgreSQL (CALIBO_DATABASE_URL=postgresql://...): "
+                             "the fit queue lives in the studies' database")
+        if self.worker_stalled_seconds <= self.worker_heartbeat_seconds:
+            raise ValueError("CALIBO_WORKER_STALLED_SECONDS must exceed CALIBO_WORKER_HEARTBEAT_SECONDS")
+        return self
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -502,11 +502,14 @@ class Storage:
         with self._write() as s:
             s.execute(update(StudyRow).where(StudyRow.id == study_id).values(fit_error=message[:4000]))
 
-    def studies_needing_fit(self, min_obs: int = 4) -> list[int]:
-        """Studies whose newest snapshot lags their completed trials (e.g. after a restart)."""
+    def studies_needing_fit(self, min_obs: int = 4, skip_failed: bool = False) -> list[int]:
+        """Studies whose newest snapshot lags their completed trials (e.g. after a restart); with
+        ``skip_failed``, not those whose last fit failed (they are fitted again at their next tell)."""
+        q = select(StudyRow.id).where(StudyRow.n_complete > StudyRow.snapshot_n_obs, StudyRow.n_complete >= min_obs)
+        if skip_failed:
+            q = q.where(StudyRow.fit_error.is_(None))
         with self._read() as s:
-            return list(s.scalars(select(StudyRow.id).where(StudyRow.n_complete > StudyRow.snapshot_n_obs,
-                                                            StudyRow.n_complete >= min_obs)))
+            return list(s.scalars(q))
 
 
 __all__ = ["EXPIRED", "FINISHED_STATES", "TRIAL_STATES", "FitInputs", "RunningTrial", "Storage", "StudyInfo", "StudyTx",
