@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= server,test
 
 
-.PHONY: run demo test lint bench bench-search bench-service bench-load bench-crowd-live bench-calibration bench-surrogates bench-crowd bench-fit-time bench-calibrated-bo clean venv
+.PHONY: run demo test lint bench bench-search bench-service bench-load bench-crowd-live bench-cluster bench-calibration bench-surrogates bench-crowd bench-fit-time bench-calibrated-bo clean venv
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -62,6 +62,11 @@ bench-load: $(BENCH_STAMP)
 # fit lag, quality against Optuna's GPSampler driven the same way; writes the key "live" of crowd.json.
 bench-crowd-live: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/crowd_live.py
+
+# Cluster mode on PostgreSQL at 127.0.0.1:5432: the local fit pool against the fit queue with 1-2 API
+# processes x 1-2 `calibo worker`s, 32 clients: throughput, fit lag, sequential crowd latency; ~5 min.
+bench-cluster: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/cluster.py --freeze
 
 bench-calibration: $(BENCH_STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/calibration.py --workers $(WORKERS)

@@ -373,13 +373,15 @@ def freeze_code(dest: Path, source: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def calibo_server(url: str, tmp: Path, label: str, workers: int, code: Path | None = None
-                  ) -> Iterator[tuple[str, Path, int]]:
+def calibo_server(url: str, tmp: Path, label: str, workers: int, code: Path | None = None,
+                  env: dict[str, str] | None = None) -> Iterator[tuple[str, Path, int]]:
     """``calibo serve`` in its own process group on a free port; stopped (group and all) on exit.
 
     ``code``: a directory holding frozen ``service`` and ``migrations`` packages to run (see
     :func:`freeze_code`); they shadow the checkout's because the server starts there (``python -m``
     puts its working directory first on ``sys.path``, and spawned fit workers inherit it).
+    ``env``: variables added to the server's environment (which otherwise has no ``CALIBO_*``),
+    e.g. ``{"CALIBO_WORKER_MODE": "queue"}``.
     """
     import httpx
 
@@ -387,7 +389,7 @@ def calibo_server(url: str, tmp: Path, label: str, workers: int, code: Path | No
     logfile = tmp / f"server-{label}.log"
     cmd = [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--database-url", url, "--workers", str(workers)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CALIBO_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CALIBO_")} | (env or {})
     with open(logfile, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=code or ROOT, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
