@@ -353,3 +353,31 @@ def test_a_failed_fit_is_recorded_and_retried_with_backoff(queue_db, monkeypatch
         rows = conn.execute("SELECT status, args, scheduled_at > now() FROM procrastinate_jobs").fetchall()
     # one retry, of attempt 1, scheduled after the backoff; none after the last attempt
     assert rows == [("todo", {"study_id": sid, "attempt": 1}, True)]
+
+
+def test_lagging_studies_with_no_fit_queued_are_queued_again(queue_db) -> None:
+    """The API's housekeeping re-queues a study whose snapshot lags its tells when no fit of it is
+    queued (an API killed between a tell and its defer), but not one whose last fit failed."""
+    from service.workers.queue import QueueFits
+
+    url, storage, sid = queue_db
+    conninfo = url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("UPDATE studies SET n_complete = 10 WHERE id = %s", (sid,))  # 10 tells, no fit
+    fits = QueueFits(storage, url)
+    try:
+        assert fits.resume_stalled() == 1
+        time.sleep(0.2)  # the flusher defers it
+        assert fits.status(sid)["queued"]
+        assert fits.resume_stalled() == 0  # queued already
+    finally:
+        fits.close()
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM procrastinate_jobs").fetchone()[0] == 1
+        conn.execute("DELETE FROM procrastinate_jobs")
+    storage.record_fit_error(sid, "RuntimeError: boom")
+    fits = QueueFits(storage, url)
+    try:
+        assert fits.resume_stalled() == 0
+    finally:
+        fits.close()
