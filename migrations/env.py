@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from service.storage.models import Base
+from service.storage.models import Base, calibo_owns
 
 config = context.config
 target_metadata = Base.metadata
@@ -16,6 +16,7 @@ def _run(connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",  # ALTER via table copies on SQLite
         compare_type=True,
+        include_name=calibo_owns,
     )
     with context.begin_transaction():
         context.run_migrations()

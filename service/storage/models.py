@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     DateTime,
     Double,
     ForeignKey,
@@ -29,6 +30,12 @@ FINISHED_STATES = ("complete", "failed", "pruned")
 
 class Base(DeclarativeBase):
     pass
+
+
+def calibo_owns(name: str | None, type_: str, parent_names: object = None) -> bool:
+    """Alembic's ``include_name``: the fit queue's tables (migration 0004) belong to procrastinate's
+    schema, not to these models, so comparisons and autogenerate leave them alone."""
+    return not (type_ == "table" and (name or "").startswith("procrastinate_"))
 
 
 class StudyRow(Base):
@@ -101,3 +108,19 @@ class SnapshotRow(Base):
     device: Mapped[str | None] = mapped_column(String(16), nullable=True)  # where the fit trained
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     data: Mapped[bytes] = mapped_column(Blob)
+
+
+class IntermediateRow(Base):
+    """A learning-curve point a running trial reported, with the pruning decision it got."""
+
+    __tablename__ = "intermediate_values"
+    __table_args__ = (UniqueConstraint("trial_id", "step", name="uq_intermediate_trial_step"),
+                      Index("ix_intermediate_study", "study_id"), {"sqlite_autoincrement": True})
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    value: Mapped[float] = mapped_column(Double)
+    should_prune: Mapped[bool] = mapped_column(Boolean)
+    reported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
