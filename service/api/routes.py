@@ -61,7 +61,7 @@ AUTH_DOC = Security(bearer)
              responses={200: {"model": S.StudyView, "description": "the identical study already exists"}})
 def create_study(body: S.StudyCreate, response: Response, svc: Svc) -> dict[str, Any]:
     info, created = svc.create(body.name, body.plain_space(), body.direction, body.surrogate, body.acquisition,
-                               body.seed, body.plain_settings())
+                               body.seed, body.plain_settings(), body.plain_pruner())
     if not created:
         response.status_code = 200
     return svc.view(info)
@@ -113,6 +113,17 @@ async def ask(
 async def tell(study_id: StudyId, trial_id: TrialId, body: S.TellRequest, svc: Svc) -> Response:
     view, _ = await svc.tell(study_id, trial_id, body.value, body.state)
     return fast_json(view)
+
+
+@router.post("/studies/{study_id}/trials/{trial_id}/report", response_model=S.ReportResponse, tags=["trials"],
+             summary="Report a learning-curve point of a running trial; should it stop?",
+             description="Stored once per (trial, step): the same step and value again answers the same "
+             "decision, another value 409 `step_reported`. A finished trial answers 409 `trial_finished`, "
+             "an expired one 409 `trial_expired`. The decision is the study's pruner on every stored curve; "
+             "stop the trial, then tell it with state pruned (and its last value, optionally). A report is "
+             "also a heartbeat.")
+def report(study_id: StudyId, trial_id: TrialId, body: S.ReportRequest, svc: Svc) -> dict[str, Any]:
+    return {"should_prune": svc.report(study_id, trial_id, body.step, body.value)}
 
 
 @router.post("/studies/{study_id}/trials/{trial_id}/heartbeat", status_code=204, tags=["trials"],

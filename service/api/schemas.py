@@ -40,6 +40,7 @@ from ..engine.limits import (
     bad_text,
 )
 from ..engine.optimizer import CONFORMAL_MODES
+from ..engine.pruning import PRUNERS
 from ..engine.shift import SHIFT_MODES
 from ..engine.surrogates import SURROGATES
 from ..studies import SERVICE_SETTINGS
@@ -193,6 +194,37 @@ StudySettings = create_model(
 )
 
 
+class PrunerSpec(_Request):
+    """A pruner and its settings (every setting optional)."""
+
+    name: Literal[PRUNERS] = Field(description="none, median, sh (asynchronous successive halving), hb "  # type: ignore[valid-type]
+                                   "(hyperband), sh+ / hb+ (UQ-guided: keep counts from the rung's confidence curve)")
+    min_resource: json_int(ge=1, le=1_000_000) | None = Field(None, description="steps to the first rung (1)")
+    max_resource: json_int(ge=1, le=1_000_000) | None = Field(
+        None, description="steps of a full run (100): no pruning at or past it")
+    reduction_factor: json_int(ge=2, le=100) | None = Field(None, description="eta: rungs grow by it (3)")
+    window: json_int(ge=1, le=1000) | None = Field(
+        None, description="sh+/hb+: a curve's uncertainty is the std of its last window + 1 values (10)")
+    n_startup_trials: json_int(ge=0, le=10_000) | None = Field(
+        None, description="median: completed trials with a value at the step before it prunes (5)")
+    n_warmup_steps: json_int(ge=0, le=1_000_000) | None = Field(None, description="median: no pruning before (0)")
+    min_early_stopping_rate: json_int(ge=0, le=30) | None = Field(
+        None, description="sh/sh+: the first rung at min_resource * reduction_factor ** rate (0)")
+    feed_pruned: StrictBool | None = Field(
+        None, description="pruned trials told with a value feed the surrogate with it (false)")
+
+    def plain(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+PrunerName = Literal[PRUNERS]  # type: ignore[valid-type]
+
+
+def _pruner_name(v: Any) -> Any:
+    """``"sh+"`` is short for ``{"name": "sh+"}`` (so errors name the field in either form)."""
+    return {"name": v} if isinstance(v, str) else v
+
+
 class StudyCreate(_Request):
     name: Name = Field(examples=["branin-demo"])
     space: dict[ParamName, ParamSpec] = Field(
@@ -205,6 +237,10 @@ class StudyCreate(_Request):
     surrogate: Literal[tuple(SURROGATES)] | None = Field(None, description="qgp (default), qgbm, qrf, ql, qe")  # type: ignore[valid-type]
     acquisition: Literal[ACQUISITIONS] | None = Field(None, description="pi (default), ei, ucb, ts, obs, mean")  # type: ignore[valid-type]
     seed: json_int(ge=0, le=2**32 - 1) | None = Field(None, description="default: derived from the name")
+    pruner: Annotated[PrunerSpec, BeforeValidator(_pruner_name, json_schema_input_type=PrunerName | PrunerSpec)
+                      ] | None = Field(
+        None, description="multi-fidelity early stopping of reported trials: a name or an object (default none)",
+        examples=["sh+", {"name": "hb", "max_resource": 81, "reduction_factor": 3}])
     settings: StudySettings = Field(default_factory=StudySettings, examples=[{"n_warmup": 10, "ask_wait_seconds": 2.0}])  # type: ignore[valid-type]
 
     def plain_space(self) -> dict[str, Any]:
@@ -212,6 +248,9 @@ class StudyCreate(_Request):
 
     def plain_settings(self) -> dict[str, Any]:
         return self.settings.model_dump(exclude_none=True)
+
+    def plain_pruner(self) -> Any:
+        return self.pruner.plain() if self.pruner is not None else None
 
 
 class TrialCounts(BaseModel):
@@ -262,6 +301,7 @@ class StudyView(BaseModel):
     seed: int
     surrogate: str
     acquisition: str
+    pruner: dict[str, Any] = Field(description="the pruner and its settings")
     settings: dict[str, Any]
     created_at: datetime
     trials: TrialCounts
@@ -319,6 +359,16 @@ class TellRequest(_Request):
     state: Literal["complete", "failed", "pruned"] | None = Field(
         None, description="default complete (needs value); failed or pruned"
     )
+
+
+class ReportRequest(_Request):
+    step: json_int(ge=0, le=1_000_000_000) = Field(description="the resource so far: epochs, iterations...")  # type: ignore[valid-type]
+    value: Real = Field(description="the objective at that step (same direction as the study's)",
+                        examples=[0.231])
+
+
+class ReportResponse(BaseModel):
+    should_prune: bool = Field(description="stop this trial now (then tell it with state pruned)")
 
 
 class TrialView(BaseModel):

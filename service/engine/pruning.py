@@ -85,28 +85,28 @@ class PrunerConfig:
         if isinstance(value, str):
             value = {"name": value}
         if not isinstance(value, Mapping):
-            raise FieldError("must be a pruner name or an object with a name", "pruner")
+            raise FieldError("pruner", "must be a pruner name or an object with a name")
         d = dict(value)
         name = d.pop("name", "none")
         if name not in PRUNERS:
-            raise FieldError(f"must be one of {', '.join(PRUNERS)}", "pruner.name")
+            raise FieldError("pruner.name", f"must be one of {', '.join(PRUNERS)}")
         kw: dict[str, Any] = {"name": name}
         for key, v in d.items():
             if key == "feed_pruned":
                 if not isinstance(v, bool):
-                    raise FieldError("must be true or false", "pruner.feed_pruned")
+                    raise FieldError("pruner.feed_pruned", "must be true or false")
                 kw[key] = v
                 continue
             if key not in cls.LIMITS:
-                raise FieldError(f"unknown pruner setting (known: {', '.join([*cls.LIMITS, 'feed_pruned'])})",
-                                 f"pruner.{key}")
+                raise FieldError(f"pruner.{key}",
+                                 f"unknown pruner setting (known: {', '.join([*cls.LIMITS, 'feed_pruned'])})")
             lo, hi = cls.LIMITS[key]
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise FieldError(f"must be an integer in [{lo}, {hi}]", f"pruner.{key}")
+                raise FieldError(f"pruner.{key}", f"must be an integer in [{lo}, {hi}]")
             kw[key] = v
         cfg = cls(**kw)
         if cfg.max_resource < cfg.min_resource:
-            raise FieldError("must be at least min_resource", "pruner.max_resource")
+            raise FieldError("pruner.max_resource", "must be at least min_resource")
         return cfg
 
     @classmethod

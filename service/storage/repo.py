@@ -1,4 +1,4 @@
-"""All of calibo's SQL: studies, trials, snapshots.
+"""All of calibo's SQL: studies, trials, snapshots, learning-curve reports.
 
 Reads run in ordinary transactions. Every read-modify-write of a study (ask,
 tell, saving a snapshot) runs inside :meth:`Storage.locked`, which holds the
@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session, defer
 from ..errors import Conflict, NotFound, Unavailable
 from ..logs import Throttled, one_line
 from .db import make_engine, unreachable, upgrade, write_engine
-from .models import FINISHED_STATES, TRIAL_STATES, SnapshotRow, StudyRow, TrialRow
+from .models import FINISHED_STATES, TRIAL_STATES, IntermediateRow, SnapshotRow, StudyRow, TrialRow
 
 log = logging.getLogger("calibo.storage")
 
@@ -168,7 +168,26 @@ class StudyTx:
             raise NotFound(f"trial {trial_id} not found in study {self.study.id}", field="trial_id")
         return t
 
+    def report_at(self, trial_id: int, step: int) -> IntermediateRow | None:
+        """The report of ``trial_id`` at ``step``, if there is one."""
+        return self.session.scalar(select(IntermediateRow).where(IntermediateRow.trial_id == trial_id,
+                                                                 IntermediateRow.step == step))
+
+    def curves(self) -> list[tuple[int, str, int, float]]:
+        """Every report of the study: ``(trial number, trial state, step, value)``."""
+        q = (select(TrialRow.number, TrialRow.state, IntermediateRow.step, IntermediateRow.value)
+             .join(TrialRow, TrialRow.id == IntermediateRow.trial_id)
+             .where(IntermediateRow.study_id == self.study.id))
+        return [tuple(r) for r in self.session.execute(q)]
+
     # ---------------------------------------------------------------- writes
+    def add_report(self, trial: TrialRow, step: int, value: float, should_prune: bool) -> None:
+        """Store a running trial's learning-curve point (a sign of life too)."""
+        t0 = now()
+        self.session.add(IntermediateRow(study_id=self.study.id, trial_id=trial.id, step=step, value=value,
+                                         should_prune=should_prune, reported_at=t0))
+        trial.heartbeat_at = t0
+
     def add_trials(self, trials: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Record new running trials, numbered densely from the study's counter; their ids and numbers.
 
@@ -366,6 +385,7 @@ class Storage:
                 raise NotFound(f"study {study_id} not found", field="study_id")
             # explicit, so the cascade does not depend on the database's FK enforcement
             s.execute(delete(SnapshotRow).where(SnapshotRow.study_id == study_id))
+            s.execute(delete(IntermediateRow).where(IntermediateRow.study_id == study_id))
             s.execute(delete(TrialRow).where(TrialRow.study_id == study_id))
             s.execute(delete(StudyRow).where(StudyRow.id == study_id))
 
@@ -467,8 +487,11 @@ class Storage:
                             .where(StudyRow.id == study_id)).first()
             if row is None:
                 return None
+            # pruned trials feed the fit with their last value only when the study's pruner says so
+            fed = ("complete", "pruned") if (row[0].get("pruner") or {}).get("feed_pruned") else ("complete",)
             obs = s.execute(select(TrialRow.params, TrialRow.value)
-                            .where(TrialRow.study_id == study_id, TrialRow.state == "complete")
+                            .where(TrialRow.study_id == study_id, TrialRow.state.in_(fed),
+                                   TrialRow.value.is_not(None))
                             .order_by(TrialRow.number))
             observations = [(p, float(v)) for p, v in obs]
             running = s.execute(select(TrialRow.params)

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..engine import EngineConfig, SearchSpace
 from ..engine.errors import FieldError
+from ..engine.pruning import PrunerConfig
 from ..errors import InvalidRequest
 
 SERVICE_SETTINGS = {"ask_wait_seconds": (0.0, 600.0), "heartbeat_timeout_seconds": (1.0, 7 * 86400.0)}
@@ -24,6 +25,7 @@ class StudyDef:
     seed: int
     ask_wait_seconds: float | None
     heartbeat_timeout_seconds: float | None
+    pruner: PrunerConfig = PrunerConfig()
 
 
 def default_seed(name: str) -> int:
@@ -32,8 +34,8 @@ def default_seed(name: str) -> int:
 
 
 def build_definition(name: str, space: Any, direction: str, surrogate: str | None,
-                     acquisition: str | None, seed: int | None, settings: dict[str, Any] | None
-                     ) -> dict[str, Any]:
+                     acquisition: str | None, seed: int | None, settings: dict[str, Any] | None,
+                     pruner: Any = None) -> dict[str, Any]:
     """The canonical stored form of a create request; raises InvalidRequest naming the field."""
     try:
         sp = SearchSpace.from_dict(space)
@@ -60,11 +62,19 @@ def build_definition(name: str, space: Any, direction: str, surrogate: str | Non
         raise InvalidRequest(e.message, field=e.field if top else f"settings.{e.field}") from None
     except TypeError as e:
         raise InvalidRequest(str(e), field="settings") from None
-    return {
+    try:
+        prune = PrunerConfig.from_any(pruner)
+    except FieldError as e:
+        raise InvalidRequest(e.message, field=e.field) from None
+    out = {
         "space": sp.to_dict(),
         "direction": direction,
         "seed": default_seed(name) if seed is None else int(seed),
         "config": config.to_dict(),
         "service": service,
     }
+    if prune.name != "none" or prune != PrunerConfig():  # studies without one keep their stored form
+        out["pruner"] = prune.to_dict()
+    return out
+
 

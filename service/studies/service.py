@@ -23,11 +23,13 @@ from ..engine import EngineConfig, SearchSpace, Snapshot, adapt, initial_states,
 from ..engine.adaptive import state_from_dict, state_to_dict
 from ..engine.errors import FieldError
 from ..engine.optimizer import check_value
+from ..engine.pruning import PrunerConfig
 from ..errors import Conflict, InvalidRequest, NotFound
 from ..storage import Storage, StudyInfo, StudyTx, expired, now
 from ..workers import FitPool
 from .calibration import calibration_view
 from .definitions import StudyDef, build_definition
+from .reports import report
 from .views import (
     asked_view,
     pack_points,
@@ -60,8 +62,8 @@ class StudyService:
     # -------------------------------------------------------------- studies
     def create(self, name: str, space: Any, direction: str = "minimize", surrogate: str | None = None,
                acquisition: str | None = None, seed: int | None = None,
-               settings: dict[str, Any] | None = None) -> tuple[StudyInfo, bool]:
-        definition = build_definition(name, space, direction, surrogate, acquisition, seed, settings)
+               settings: dict[str, Any] | None = None, pruner: Any = None) -> tuple[StudyInfo, bool]:
+        definition = build_definition(name, space, direction, surrogate, acquisition, seed, settings, pruner)
         config = EngineConfig.from_dict(definition["config"])
         adaptive = [state_to_dict(s) for s in initial_states(config, definition["seed"])]
         return self.storage.create_study(name, definition, adaptive)
@@ -76,6 +78,7 @@ class StudyService:
                 config=EngineConfig.from_dict(raw["config"]), direction=raw["direction"],
                 seed=int(raw["seed"]), ask_wait_seconds=svc.get("ask_wait_seconds"),
                 heartbeat_timeout_seconds=svc.get("heartbeat_timeout_seconds"),
+                pruner=PrunerConfig.from_dict(raw.get("pruner")),
             )
             self._defs[study_id] = d
         return d
@@ -290,7 +293,8 @@ class StudyService:
                 raise InvalidRequest(e.message, field="value") from None
         with self._active(study_id):
             view, changed, n_complete = await self._writes(study_id, ("tell", (trial_id, value, state)))
-        if changed and state == "complete" and self.fits is not None and n_complete >= max(sd.config.n_warmup, 4):
+        feeds = state == "complete" or (state == "pruned" and value is not None and sd.pruner.feed_pruned)
+        if changed and feeds and self.fits is not None and n_complete >= max(sd.config.n_warmup, 4):
             self.fits.request(study_id)
         return view, changed
 
@@ -338,6 +342,12 @@ class StudyService:
             tx.set_adaptive([state_to_dict(s) for s in states])
         n_complete = tx.study.n_complete
         return [r if isinstance(r, Exception) else (*r, n_complete) for r in out]
+
+    # --------------------------------------------------------------- report
+    def report(self, study_id: int, trial_id: int, step: int, value: float) -> bool:
+        """Store a running trial's learning-curve point; whether the study's pruner stops it."""
+        sd = self.study(study_id)
+        return report(self.storage, sd, trial_id, step, value, self.heartbeat_timeout(sd))
 
     # --------------------------------------------------------- calibration
     def calibration(self, study_id: int, window: int = 20) -> dict[str, Any]:

@@ -70,6 +70,7 @@ def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool]) -
         "seed": d["seed"],
         "surrogate": surrogate,
         "acquisition": acquisition,
+        "pruner": d.get("pruner") or {"name": "none"},
         "settings": settings,
         "created_at": info.created_at,
         "trials": info.counts,

@@ -1,0 +1,54 @@
+"""What a report does: store a learning-curve point and answer whether the study's pruner stops it.
+
+The decision is ``engine.pruning.decide`` over every curve of the study as stored
+when the report commits, taken under the study's lock (so reports and tells of
+other replicas are ordered), and stored with the point: a repeated report of the
+same step and value answers the stored decision, and the database alone
+reproduces every answer.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+from ..engine.pruning import Curve, decide
+from ..errors import Conflict, InvalidRequest
+from ..storage import Storage, StudyTx, as_utc, expired, now
+from ..storage.models import TrialRow
+from .definitions import StudyDef
+
+
+def report(storage: Storage, sd: StudyDef, trial_id: int, step: int, value: float, heartbeat_timeout: float
+           ) -> bool:
+    if not math.isfinite(value):
+        raise InvalidRequest("must be a finite number", field="value")
+    with storage.locked(sd.id) as tx:
+        trial = tx.trial(trial_id)
+        stored = tx.report_at(trial_id, step)
+        if stored is not None:  # idempotent per (trial, step), whatever the trial's state now
+            if stored.value != value:
+                raise Conflict(f"trial {trial.number} reported {stored.value!r} at step {step} already",
+                               field="value", code="step_reported")
+            return stored.should_prune
+        if trial.state != "running" or expired(trial):
+            code = "trial_expired" if expired(trial) else "trial_finished"
+            raise Conflict(f"trial {trial.number} is {trial.state}: it takes no more reports", field="trial_id",
+                           code=code)
+        late = as_utc(trial.heartbeat_at or trial.asked_at) < now() - timedelta(seconds=heartbeat_timeout)
+        if late:
+            tx.expire(trial)  # silent for too long: as a late heartbeat, it has expired (committed below)
+        else:
+            return _decide(tx, sd, trial, step, value)
+    raise Conflict(f"trial {trial.number} expired: no sign of life for over {heartbeat_timeout:g} s; "
+                   "its result can still be told", field="trial_id", code="trial_expired")
+
+
+def _decide(tx: StudyTx, sd: StudyDef, trial: TrialRow, step: int, value: float) -> bool:
+    curves: dict[int, Curve] = {}
+    for number, state, s, v in tx.curves():
+        curves.setdefault(number, Curve(number, state)).values[s] = v
+    curves.setdefault(trial.number, Curve(trial.number, trial.state)).values[step] = value
+    decision = decide(sd.pruner, sd.direction, trial.number, step, list(curves.values()), sd.seed)
+    tx.add_report(trial, step, value, decision.should_prune)
+    return decision.should_prune
