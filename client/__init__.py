@@ -8,11 +8,22 @@
 ...     calibo.tell(study["id"], trial.id, train(**trial.params))
 ...     calibo.optimize(study, lambda p: train(**p), n_trials=50, n_workers=4)
 
+An objective that takes ``(params, reporter)`` can report intermediate values
+and stop when the study's pruner says so (create the study with ``pruner=``)::
+
+    def objective(params, reporter):
+        for epoch in range(27):
+            loss = train_one_epoch(params)
+            if reporter.report(epoch, loss):    # the server's should_prune
+                raise TrialPruned()             # told state="pruned" with loss
+        return loss
+
 This package imports only the standard library and httpx: remote tuning
 workers install ``calibo`` without the ``server`` extra.
 """
 
 from ._async import AsyncClient
+from ._optimize import AsyncReporter, Reporter
 from ._sync import Client
 from .errors import (
     CaliboError,
@@ -22,12 +33,14 @@ from .errors import (
     InvalidRequest,
     NotFound,
     ServerError,
+    TrialPruned,
     Unauthorized,
 )
 from .models import Trial
 
 __all__ = [
     "AsyncClient",
+    "AsyncReporter",
     "CaliboError",
     "Client",
     "Conflict",
@@ -35,7 +48,9 @@ __all__ = [
     "Forbidden",
     "InvalidRequest",
     "NotFound",
+    "Reporter",
     "ServerError",
     "Trial",
+    "TrialPruned",
     "Unauthorized",
 ]

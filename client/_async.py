@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -14,24 +14,38 @@ from . import _endpoints as api
 from ._core import Attempts, Call, RetryPolicy, client_options
 from ._endpoints import StudyRef, TrialRef
 from ._optimize import (
+    AsyncReporter,
     Callback,
+    Reporter,
     Run,
     Running,
     TrialView,
     catchable,
     check_arguments,
     ends_heartbeats,
+    is_coroutine_callable,
     no_trial_error,
     outcome,
+    pruned_outcome,
+    wants_reporter,
     worker_id,
 )
-from .errors import CaliboError
+from .errors import CaliboError, TrialPruned
 from .models import Trial
 
 __all__ = ["AsyncClient"]
 
 T = TypeVar("T")
-Objective = Callable[[dict[str, Any]], float] | Callable[[dict[str, Any]], Awaitable[float]]
+Objective = (
+    Callable[[dict[str, Any]], float]
+    | Callable[[dict[str, Any]], Awaitable[float]]
+    | Callable[[dict[str, Any], Reporter], float]
+    | Callable[[dict[str, Any], AsyncReporter], Awaitable[float]]
+)
+# Calls the objective for a trial's params, with its reporter when it takes one.
+ObjectiveCall = Callable[[dict[str, Any], Reporter | AsyncReporter | None], Awaitable[Any]]
+# Makes the reporter for a trial (None when the objective takes none).
+ReporterFactory = Callable[[Trial], Reporter | AsyncReporter | None]
 
 
 class AsyncClient:
@@ -114,8 +128,10 @@ class AsyncClient:
         acquisition: str | None = None,
         seed: int | None = None,
         settings: dict[str, Any] | None = None,
+        pruner: str | dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Create a study, or get the existing one with the same definition."""
+        """Create a study, or get the existing one with the same definition (``pruner``
+        as in :meth:`Client.create_study`; options left as None are not sent)."""
         return await self._run(
             api.create_study(
                 name,
@@ -125,6 +141,7 @@ class AsyncClient:
                 acquisition=acquisition,
                 seed=seed,
                 settings=settings,
+                pruner=pruner,
             )
         )
 
@@ -164,6 +181,10 @@ class AsyncClient:
     ) -> dict[str, Any]:
         """Finish a trial with its ``value``, or ``state="failed"`` / ``"pruned"``."""
         return await self._run(api.tell(study_id, trial_id, value, state))
+
+    async def report(self, study_id: StudyRef, trial_id: TrialRef, step: int, value: float) -> bool:
+        """Report an intermediate ``value`` at ``step``; True: prune it (see :meth:`Client.report`)."""
+        return await self._run(api.report(study_id, trial_id, step, value))
 
     async def heartbeat(self, study_id: StudyRef, trial_id: TrialRef) -> None:
         await self._run(api.heartbeat(study_id, trial_id))
@@ -208,6 +229,15 @@ class AsyncClient:
         in ``catch`` are told failed and the loop goes on, any other exception is
         told failed, stops every task after its current trial and is raised; a
         trial whose heartbeat answers 409 / 404 is still evaluated and told.
+
+        Pruning as in :meth:`Client.optimize`: an objective with two positional
+        parameters, ``(params, reporter)``, gets a reporter for its trial and may
+        raise :class:`~client.TrialPruned` to have it told ``state="pruned"`` with
+        its last reported value. A coroutine objective gets an
+        :class:`~client.AsyncReporter` (``await reporter.report(step, value)``);
+        a plain one, running in its thread, a :class:`~client.Reporter` whose
+        ``report(step, value)`` blocks that thread while the report is sent on
+        this event loop.
         """
         check_arguments(n_trials, n_workers, heartbeat_interval)
         study_id = api.study_id_of(study)
@@ -215,10 +245,13 @@ class AsyncClient:
         run = Run(n_trials, callback)
         running = Running()
         call_objective = self._objective_caller(objective)
+        make_reporter = self._reporter_factory(objective, study_id, asyncio.get_running_loop())
 
         async def work(index: int) -> None:
             try:
-                await self._work(run, running, study_id, call_objective, catch, worker_id(index))
+                await self._work(
+                    run, running, study_id, call_objective, make_reporter, catch, worker_id(index)
+                )
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:  # raised by optimize below
@@ -245,28 +278,59 @@ class AsyncClient:
         return run.results
 
     @staticmethod
-    def _objective_caller(
-        objective: Objective,
-    ) -> Callable[[dict[str, Any]], Awaitable[Any]]:
-        if inspect.iscoroutinefunction(objective):
-            return objective
+    def _objective_caller(objective: Objective) -> ObjectiveCall:
+        with_reporter = wants_reporter(objective)
+
+        def arguments(params: dict[str, Any], reporter: Any) -> tuple[Any, ...]:
+            return (params, reporter) if with_reporter else (params,)
+
+        if is_coroutine_callable(objective):
+
+            async def awaited(params: dict[str, Any], reporter: Any) -> Any:
+                return await objective(*arguments(params, reporter))
+
+            return awaited
 
         # A plain function runs in a worker thread; should it hand back an awaitable
-        # (an object with an async __call__, say), that is awaited here.
-        async def in_thread(params: dict[str, Any]) -> Any:
-            result = await asyncio.to_thread(objective, params)
+        # (say, a function returning a coroutine), that is awaited here.
+        async def in_thread(params: dict[str, Any], reporter: Any) -> Any:
+            result = await asyncio.to_thread(objective, *arguments(params, reporter))
             if inspect.isawaitable(result):
                 result = await result
             return result
 
         return in_thread
 
+    def _reporter_factory(
+        self, objective: Objective, study_id: int, loop: asyncio.AbstractEventLoop
+    ) -> ReporterFactory:
+        if not wants_reporter(objective):
+            return lambda trial: None
+        if is_coroutine_callable(objective):
+
+            def make_async(trial: Trial) -> AsyncReporter:
+                async def send(step: int, value: float) -> bool:
+                    return await self.report(study_id, trial.id, step, value)
+
+                return AsyncReporter(trial, send)
+
+            return make_async
+
+        def make_blocking(trial: Trial) -> Reporter:
+            def send(step: int, value: float) -> bool:
+                return _on_loop(loop, lambda: self.report(study_id, trial.id, step, value))
+
+            return Reporter(trial, send)
+
+        return make_blocking
+
     async def _work(
         self,
         run: Run,
         running: Running,
         study_id: int,
-        call_objective: Callable[[dict[str, Any]], Awaitable[Any]],
+        call_objective: ObjectiveCall,
+        make_reporter: ReporterFactory,
         catch: tuple[type[BaseException], ...],
         worker: str,
     ) -> None:
@@ -276,9 +340,12 @@ class AsyncClient:
                 raise no_trial_error()
             trial = trials[0]
             running.add(trial.id)
+            reporter = make_reporter(trial)
             try:
                 try:
-                    value, state = outcome(await call_objective(dict(trial.params)))
+                    value, state = outcome(await call_objective(dict(trial.params), reporter))
+                except TrialPruned:
+                    value, state = pruned_outcome(reporter)
                 except BaseException as exc:
                     if not catchable(exc, catch):
                         await self._tell_failed_quietly(study_id, trial.id)
@@ -305,3 +372,17 @@ class AsyncClient:
                     if ends_heartbeats(exc):
                         running.stop_beating(trial_id)
                     # else the server stayed away past the retries: beat again next time
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, start: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run the coroutine ``start()`` makes on ``loop`` and wait for it, from another thread."""
+    try:
+        current = asyncio.get_running_loop()
+    except RuntimeError:  # no loop in this thread: the usual case, a worker thread
+        current = None
+    if current is loop:  # waiting here would block the loop the call has to run on
+        raise RuntimeError(
+            "a blocking Reporter was called on the event loop's thread: give optimize a "
+            "coroutine objective (async def) to get an AsyncReporter and await its report()"
+        )
+    return asyncio.run_coroutine_threadsafe(start(), loop).result()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 import re
 import uuid
 from collections.abc import Callable
@@ -90,13 +91,17 @@ def create_study(
     acquisition: str | None,
     seed: int | None,
     settings: dict[str, Any] | None,
+    pruner: str | dict[str, Any] | None = None,
 ) -> Call[dict[str, Any]]:
+    if pruner is not None and not isinstance(pruner, str | dict):
+        raise TypeError(f"pruner must be a name or a dict with a 'name', got {pruner!r}")
     body: dict[str, Any] = {"name": name, "space": space, "direction": direction}
     optional = {
         "surrogate": surrogate,
         "acquisition": acquisition,
         "seed": seed,
         "settings": settings,
+        "pruner": pruner,  # the server checks the name and the options
     }
     body.update({key: value for key, value in optional.items() if value is not None})
     # Creating the same definition again answers 200 with the existing study.
@@ -176,6 +181,39 @@ def tell(
     # The same tell again answers 200, so it is safe to retry.
     path = f"{_trial(study_id, trial_id)}/tell"
     return Call("POST", path, json_object, json=tell_body(value, state))
+
+
+def report_body(step: int, value: float) -> dict[str, Any]:
+    if isinstance(step, bool):
+        raise TypeError("step must be an int, not bool")
+    try:
+        step = operator.index(step)
+    except TypeError as exc:
+        raise TypeError(f"step must be an int, got {step!r}") from exc
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    if isinstance(value, bool):
+        raise TypeError("value must be a number, not bool")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(
+            f"value must be finite, got {number!r}; raise TrialPruned or tell state='failed' instead"
+        )
+    return {"step": step, "value": number}
+
+
+def _should_prune(response: httpx.Response) -> bool:
+    answer = json_object(response).get("should_prune")
+    if not isinstance(answer, bool):
+        raise invalid_response(response, "a bool under 'should_prune'")
+    return answer
+
+
+def report(study_id: StudyRef, trial_id: TrialRef, step: int, value: float) -> Call[bool]:
+    # One value per (trial, step): the same report again answers the same decision,
+    # so it is safe to retry; a different value for a reported step is a 409.
+    path = f"{_trial(study_id, trial_id)}/report"
+    return Call("POST", path, _should_prune, json=report_body(step, value))
 
 
 def heartbeat(study_id: StudyRef, trial_id: TrialRef) -> Call[None]:

@@ -1,19 +1,121 @@
 """What the sync and async ``optimize`` loops share: the trial budget, stopping,
-results, and turning an objective's return value into a tell."""
+results, turning an objective's return value into a tell, and the reporters
+that let an objective report intermediate values and be pruned."""
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .errors import CaliboError
+from .models import Trial
+
+__all__ = ["AsyncReporter", "Reporter"]
 
 TrialView = dict[str, Any]
 Callback = Callable[[TrialView], Any]
+
+
+class _Reported:
+    """What a reporter remembers of its trial: the last report and its answer."""
+
+    def __init__(self, trial: Trial) -> None:
+        self.trial = trial
+        self._last: tuple[int, float] | None = None
+        self._should_prune = False
+        self._lock = threading.Lock()
+
+    @property
+    def should_prune(self) -> bool:
+        """The server's answer to the last report (False before any)."""
+        return self._should_prune
+
+    @property
+    def last(self) -> tuple[int, float] | None:
+        """The last ``(step, value)`` the server took, or None before any."""
+        return self._last
+
+    def _took(self, step: int, value: float, should_prune: bool) -> bool:
+        with self._lock:
+            self._last = (int(step), float(value))
+            self._should_prune = should_prune
+        return should_prune
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(trial={self.trial.id}, last={self._last!r}, "
+            f"should_prune={self._should_prune!r})"
+        )
+
+
+class Reporter(_Reported):
+    """Reports one trial's intermediate values: what a two-parameter objective gets.
+
+    ``report(step, value)`` sends ``value`` at ``step`` (an int >= 0: epoch,
+    iteration, resource used) and returns the server's ``should_prune``; stop by
+    raising :class:`~client.TrialPruned`. A call that fails raises the client's
+    error (:class:`~client.Conflict` for another value at a step already
+    reported or a finished trial) and changes neither ``last`` nor
+    ``should_prune``. ``send(step, value) -> bool`` does the call; to test an
+    objective offline, ``Reporter(trial, lambda step, value: False)``.
+    """
+
+    def __init__(self, trial: Trial, send: Callable[[int, float], bool]) -> None:
+        super().__init__(trial)
+        self._send = send
+
+    def report(self, step: int, value: float) -> bool:
+        return self._took(step, value, self._send(step, value))
+
+
+class AsyncReporter(_Reported):
+    """:class:`Reporter` for coroutine objectives: ``await reporter.report(step, value)``."""
+
+    def __init__(self, trial: Trial, send: Callable[[int, float], Awaitable[bool]]) -> None:
+        super().__init__(trial)
+        self._send = send
+
+    async def report(self, step: int, value: float) -> bool:
+        return self._took(step, value, await self._send(step, value))
+
+
+def wants_reporter(objective: Callable[..., Any]) -> bool:
+    """Whether ``objective`` takes ``(params, reporter)`` rather than ``(params)``.
+
+    It does when its signature has at least two positional parameters without a
+    default: ``def objective(params, reporter)``. ``(params, scale=2.0)``,
+    ``(params, *args)`` and callables without a signature get ``params`` alone.
+    """
+    try:
+        signature = inspect.signature(objective)
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [
+        p
+        for p in signature.parameters.values()
+        if p.kind in positional and p.default is inspect.Parameter.empty
+    ]
+    return len(required) >= 2
+
+
+def is_coroutine_callable(objective: Callable[..., Any]) -> bool:
+    """A coroutine function, or an object whose ``__call__`` is one."""
+    if inspect.iscoroutinefunction(objective):
+        return True
+    call = getattr(type(objective), "__call__", None)  # noqa: B004 -- the method, not callable()
+    return inspect.iscoroutinefunction(call)
+
+
+def pruned_outcome(reporter: _Reported | None) -> tuple[float | None, str]:
+    """(value, state) to tell for a trial its objective pruned: the last value reported."""
+    last = reporter.last if reporter is not None else None
+    return (last[1] if last is not None else None), "pruned"
 
 
 def worker_id(index: int) -> str:

@@ -15,6 +15,7 @@ from ._core import Attempts, Call, RetryPolicy, client_options
 from ._endpoints import StudyRef, TrialRef
 from ._optimize import (
     Callback,
+    Reporter,
     Run,
     Running,
     TrialView,
@@ -23,14 +24,17 @@ from ._optimize import (
     ends_heartbeats,
     no_trial_error,
     outcome,
+    pruned_outcome,
+    wants_reporter,
     worker_id,
 )
-from .errors import CaliboError
+from .errors import CaliboError, TrialPruned
 from .models import Trial
 
 __all__ = ["Client"]
 
 T = TypeVar("T")
+Objective = Callable[[dict[str, Any]], float] | Callable[[dict[str, Any], Reporter], float]
 
 
 class Client:
@@ -117,11 +121,15 @@ class Client:
         acquisition: str | None = None,
         seed: int | None = None,
         settings: dict[str, Any] | None = None,
+        pruner: str | dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Create a study, or get the existing one with the same definition.
 
         Raises :class:`~client.errors.Conflict` (``name_conflict``) when ``name``
         exists with a different definition. Options left as None are not sent.
+        ``pruner`` is a name (``"none"``, ``"median"``, ``"sh"``, ``"hb"``, ``"sh+"``,
+        ``"hb+"``) or a dict with its ``"name"`` and options, e.g. ``{"name": "sh+",
+        "min_resource": 1, "max_resource": 27, "reduction_factor": 3}``.
         """
         return self._run(
             api.create_study(
@@ -132,6 +140,7 @@ class Client:
                 acquisition=acquisition,
                 seed=seed,
                 settings=settings,
+                pruner=pruner,
             )
         )
 
@@ -182,6 +191,18 @@ class Client:
         """
         return self._run(api.tell(study_id, trial_id, value, state))
 
+    def report(self, study_id: StudyRef, trial_id: TrialRef, step: int, value: float) -> bool:
+        """Report a running trial's intermediate ``value`` at ``step``; True: prune it.
+
+        ``step`` is an int >= 0 (epoch, iteration, resource used) and ``value`` a
+        finite number (NaN or infinity raise ValueError, unsent). Reporting a step
+        again with the same value answers the same decision (so retries are safe);
+        another value for a reported step, or any report for a finished trial
+        (``trial_finished``), raises :class:`~client.errors.Conflict`. To act on a
+        True, tell the trial ``state="pruned"`` (with its last value).
+        """
+        return self._run(api.report(study_id, trial_id, step, value))
+
     def heartbeat(self, study_id: StudyRef, trial_id: TrialRef) -> None:
         """Tell the server the trial is still being evaluated."""
         self._run(api.heartbeat(study_id, trial_id))
@@ -209,7 +230,7 @@ class Client:
     def optimize(
         self,
         study: StudyRef,
-        objective: Callable[[dict[str, Any]], float],
+        objective: Objective,
         n_trials: int,
         n_workers: int = 1,
         catch: tuple[type[BaseException], ...] = (),
@@ -230,6 +251,17 @@ class Client:
         any call, so the loop rides out an outage shorter than ``retry_deadline``.
         ``callback(trial_view)`` runs after each tell. Worker 0 runs in the
         calling thread. Returns the finished trial views in the order told.
+
+        Pruning: an objective with two positional parameters, ``objective(params,
+        reporter)``, gets a :class:`~client.Reporter` for its trial:
+        ``reporter.report(step, value)`` returns the server's ``should_prune``
+        (also kept in ``reporter.should_prune``, the last report in
+        ``reporter.last``). An objective that raises :class:`~client.TrialPruned`
+        (whether or not ``catch`` names it) has its trial told
+        ``state="pruned"`` with the last value reported, if any, and the loop
+        goes on; its view (``"state": "pruned"``) is in the results and passed to
+        ``callback`` like any other. An objective that returns normally is told
+        its value, whatever the reports answered.
         """
         check_arguments(n_trials, n_workers, heartbeat_interval)
         study_id = api.study_id_of(study)
@@ -282,19 +314,27 @@ class Client:
         run: Run,
         running: Running,
         study_id: int,
-        objective: Callable[[dict[str, Any]], float],
+        objective: Objective,
         catch: tuple[type[BaseException], ...],
         worker: str,
     ) -> None:
+        with_reporter = wants_reporter(objective)
         while run.take():
             trials = self.ask(study_id, 1, worker)
             if not trials:
                 raise no_trial_error()
             trial = trials[0]
             running.add(trial.id)
+            reporter = self._reporter(study_id, trial) if with_reporter else None
             try:
                 try:
-                    value, state = outcome(objective(dict(trial.params)))
+                    if reporter is None:
+                        result = objective(dict(trial.params))
+                    else:
+                        result = objective(dict(trial.params), reporter)
+                    value, state = outcome(result)
+                except TrialPruned:
+                    value, state = pruned_outcome(reporter)
                 except BaseException as exc:
                     if not catchable(exc, catch):
                         self._tell_failed_quietly(study_id, trial.id)
@@ -303,6 +343,12 @@ class Client:
             finally:
                 running.discard(trial.id)
             run.record(self.tell(study_id, trial.id, value, state=state))
+
+    def _reporter(self, study_id: int, trial: Trial) -> Reporter:
+        def send(step: int, value: float) -> bool:
+            return self.report(study_id, trial.id, step, value)
+
+        return Reporter(trial, send)
 
     def _tell_failed_quietly(self, study_id: int, trial_id: int) -> None:
         """Best effort: the objective's own error is the one to raise."""

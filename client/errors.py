@@ -22,6 +22,7 @@ __all__ = [
     "InvalidRequest",
     "NotFound",
     "ServerError",
+    "TrialPruned",
     "Unauthorized",
     "error_from_response",
 ]
@@ -106,6 +107,15 @@ class ConnectionFailed(CaliboError):
     def __init__(self, message: str, *, attempts: int) -> None:
         super().__init__(message, status=None, code="connection_failed", field=None)
         self.attempts = attempts
+
+
+class TrialPruned(Exception):
+    """Raised by an objective to stop its trial early (like ``optuna.TrialPruned``).
+
+    Not a :class:`CaliboError`: no call failed. ``optimize`` tells the trial
+    ``state="pruned"``, with the last value its reporter sent if any, and goes on
+    with the next trial, whatever ``catch`` says.
+    """
 
 
 def _class_for(status: int) -> type[CaliboError]:
