@@ -46,7 +46,8 @@ def _call(c: httpx.Client, method: str, path: str, who: str) -> httpx.Response:
     url = path.replace("{study_id}", str(sid)).replace("{trial_id}", str(tid))
     body = {"POST /v1/studies": {"name": f"new-{who}-{sid}", "space": BRANIN},
             "POST /v1/studies/{study_id}/ask": {},
-            "POST /v1/studies/{study_id}/trials/{trial_id}/tell": {"value": 1.0}}.get(f"{method} {path}")
+            "POST /v1/studies/{study_id}/trials/{trial_id}/tell": {"value": 1.0},
+            "POST /v1/studies/{study_id}/trials/{trial_id}/report": {"step": 1, "value": 1.0}}.get(f"{method} {path}")
     return c.request(method, url, json=body, headers=_headers(who))
 
 
