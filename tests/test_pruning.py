@@ -41,7 +41,8 @@ def cfg(name: str, **kw) -> PrunerConfig:
 @pytest.mark.parametrize("name", ["median", "sh", "hb", "sh+", "hb+"])
 def test_a_clearly_bad_curve_is_pruned(name: str) -> None:
     """Twenty good trials (complete) and one whose loss stays far above all of them: pruned at
-    its first rung (median: at the first step past the warm-up)."""
+    its first rung (median: at the first step past the warm-up; sh+/hb+: at the first rung where
+    curves have a window, step 3, as a single value says nothing of a curve's uncertainty)."""
     good = [Curve(i, "complete", {t: 0.2 + 0.01 * i + 0.5 / t for t in range(1, E + 1)}) for i in range(20)]
     c = cfg(name)
     bad_number = 20
@@ -56,7 +57,7 @@ def test_a_clearly_bad_curve_is_pruned(name: str) -> None:
         if decide(c, "minimize", bad_number, t, [*good, bad]).should_prune:
             pruned_at = t
             break
-    assert pruned_at == 1
+    assert pruned_at == (3 if name.endswith("+") else 1)
 
 
 @pytest.mark.parametrize("name", ["sh", "hb", "sh+", "hb+"])
@@ -182,3 +183,13 @@ def test_config_round_trips() -> None:
     for name in PRUNERS:
         c = cfg(name, window=5)
         assert PrunerConfig.from_dict(c.to_dict()) == c
+
+
+def test_uq_guided_rung_without_windows_keeps_everyone() -> None:
+    """At a rung where no curve has two values (eq. 1 undefined) sh+ keeps every candidate; sh
+    keeps its fraction."""
+    curves = family(30)
+    at1 = curves_upto(curves, 1)
+    plus = [decide(cfg("sh+"), "minimize", c.number, 1, at1) for c in curves]
+    assert not any(d.should_prune for d in plus) and all(d.kept == 30 for d in plus)
+    assert sum(decide(cfg("sh"), "minimize", c.number, 1, at1).should_prune for c in curves) == 20

@@ -40,7 +40,11 @@ Choices the paper leaves open, for the asynchronous setting of a service:
   optimum of eq. 4, whose first-order condition is eq. 7. Near-ties go to the
   smaller ``k``;
 - a competitor with fewer than two values in its window takes the largest sigma
-  among the others; when none has two, the rung falls back to SH's fraction.
+  among the others; when none has two (a rung at step 1: eq. 1 is undefined),
+  nothing is known of the curves' uncertainty and the rung keeps every
+  candidate: a ranking on one value per curve is the UQ-oblivious decision the
+  scheme exists to avoid. (Falling back to SH's fraction there instead was
+  measured too: ``benchmarks/multifidelity.py``, README.)
 """
 
 from __future__ import annotations
@@ -266,7 +270,8 @@ def decide(cfg: PrunerConfig, direction: str, trial: int, step: int, curves: Seq
     n = len(numbers)
     keep = max(1, n // cfg.reduction_factor)
     if plus and n > 1:
-        keep = _uq_keep_at(cfg, sign, rung, [by[k] for k in numbers], mu, rate) or keep
+        uq = _uq_keep_at(cfg, sign, rung, [by[k] for k in numbers], mu, rate)
+        keep = n if uq is None else uq
     rank = int(np.sum(mu < sign * values[trial])) + sum(
         1 for k, v in zip(numbers, mu, strict=True) if v == sign * values[trial] and k < trial)
     return Decision(rank >= keep, rung=rung, competitors=n, kept=keep)
@@ -274,7 +279,7 @@ def decide(cfg: PrunerConfig, direction: str, trial: int, step: int, curves: Seq
 
 def _uq_keep_at(cfg: PrunerConfig, sign: float, rung: int, pool: list[Curve], mu: np.ndarray,
                 rate: int) -> int | None:
-    """The UQ-guided keep count at ``rung`` (None: no curve has two points in its window)."""
+    """The UQ-guided keep count at ``rung`` (None: no curve has two points in its window: keep all)."""
     sig, prev_sig = [], []
     for c in pool:
         loss = _loss(c.values, sign)
