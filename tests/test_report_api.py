@@ -153,3 +153,17 @@ def test_client_optimize_prunes_through_the_server(http: httpx.Client) -> None:
             assert t["value"] is not None
     view = http.get(f"/v1/studies/{study['id']}").json()
     assert view["trials"]["pruned"] == states.count("pruned")
+
+
+def test_fed_pruned_values_end_the_warm_up(http: httpx.Client) -> None:
+    """With feed_pruned, pruned values count towards the warm-up: past it the asks come from the
+    model even though no trial completed (most trials of a pruned study never do)."""
+    sid = _study(http, {"name": "sh", "max_resource": 9, "feed_pruned": True}, n_warmup=4)
+    for i in range(5):
+        tid = _ask(http, sid)
+        assert http.post(f"/v1/studies/{sid}/trials/{tid}/tell",
+                         json={"state": "pruned", "value": float(i)}).status_code == 200
+    assert _fitted_on(http, sid, 5) == 5
+    trial = http.post(f"/v1/studies/{sid}/ask", json={}).json()["trials"][0]
+    assert trial["prediction"] is not None
+    assert http.get(f"/v1/studies/{sid}").json()["surrogate_status"]["lag"] == 0

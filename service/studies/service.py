@@ -223,7 +223,8 @@ class StudyService:
         suggestions = select(
             snap, states, sd.space, sd.config, count=sum(c for c, _, _ in items), direction=sd.direction,
             seed=sd.seed, asked=st.next_number, pending=[t.params for t in running],
-            n_observed=st.n_complete, exclude_keys=self._finished_keys(tx),
+            # what the model saw: more than the completed trials when pruned values feed it
+            n_observed=max(st.n_complete, st.snapshot_n_obs), exclude_keys=self._finished_keys(tx),
         )
         specs, owners = [], []
         for s in suggestions:
@@ -294,7 +295,9 @@ class StudyService:
         with self._active(study_id):
             view, changed, n_complete = await self._writes(study_id, ("tell", (trial_id, value, state)))
         feeds = state == "complete" or (state == "pruned" and value is not None and sd.pruner.feed_pruned)
-        if changed and feeds and self.fits is not None and n_complete >= max(sd.config.n_warmup, 4):
+        # with pruned values fed, completed trials undercount the observations: fit_study counts them
+        enough = sd.pruner.feed_pruned or n_complete >= max(sd.config.n_warmup, 4)
+        if changed and feeds and enough and self.fits is not None:
             self.fits.request(study_id)
         return view, changed
 

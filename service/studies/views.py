@@ -78,7 +78,7 @@ def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool]) -
         "surrogate_status": {
             "snapshot_version": info.snapshot_version or None,
             "fitted_on": info.snapshot_n_obs,
-            "lag": info.n_complete - info.snapshot_n_obs,
+            "lag": max(0, info.n_complete - info.snapshot_n_obs),  # fed pruned values count in n_obs
             "method": info.fit_method,
             "fitted_at": info.fitted_at,
             "fit_seconds": info.fit_seconds,
