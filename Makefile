@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= server,test
 
 
-.PHONY: run demo test lint bench bench-search bench-service bench-load bench-crowd-live bench-cluster bench-calibration bench-surrogates bench-crowd bench-fit-time bench-calibrated-bo clean venv
+.PHONY: run demo test lint bench bench-search bench-service bench-load bench-crowd-live bench-cluster bench-calibration bench-surrogates bench-crowd bench-fit-time bench-calibrated-bo bench-multifidelity clean venv
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -90,6 +90,11 @@ bench-fit-time: $(BENCH_STAMP)
 # Calibrated BO Table 1 rows: gp vs gp-recal, 10 seeds; ~2 minutes.
 bench-calibrated-bo: $(BENCH_STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/calibrated_bo.py --workers $(WORKERS)
+
+# Pruners on real learning curves (MLP on digits / breast_cancer, cached tables): calibo's median, sh, hb,
+# sh+, hb+ against Optuna's Median / SuccessiveHalving / Hyperband and no pruning, 10 seeds; ~3 minutes.
+bench-multifidelity: $(BENCH_STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/multifidelity.py --workers $(WORKERS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
