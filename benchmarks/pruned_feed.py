@@ -3,15 +3,16 @@
 One ``calibo serve`` (SQLite, one fit process); per seed, two studies that differ
 only in ``pruner.feed_pruned`` (false: the default; true: a pruned trial told
 with its last value is an observation at that value). Each runs the client's
-``optimize`` with one worker on a real learning curve: an ``SGDClassifier``
+``optimize`` with one worker (``--trials``, 80) on a real learning curve: an ``SGDClassifier``
 (log loss) on scikit-learn's digits, trained epoch by epoch with
 ``partial_fit`` for up to ``--epochs`` (27) epochs, reporting the validation
 log loss after each epoch; the pruner is ``sh`` (rungs 1, 3, 9; eta 3). Space:
 ``alpha`` (log 1e-6..1e-1), ``eta0`` (log 1e-4..1), ``learning_rate``
-(constant / invscaling / adaptive). ``--trials`` (60) trials per study.
+(constant / invscaling / adaptive).
 
 Reported per variant, over ``--seeds`` (10): the best validation loss of a
-completed trial (lower is better), the epochs spent, the pruned count, and
+trial completed within ``--budget`` (250) epochs (lower is better; the same
+epoch budget for both), the epochs spent by all the trials, the pruned count, and
 the paired difference (feed minus no feed) with a sign test. Writes
 ``benchmarks/results/pruned_feed.json`` and ``.png``.
 
@@ -90,7 +91,13 @@ def run_study(base: str, name: str, feed: bool, seed: int, args: argparse.Namesp
             "name": "sh", "min_resource": 1, "max_resource": args.epochs, "reduction_factor": 3,
             "feed_pruned": feed})
         c.optimize(study, objective_for(args.epochs, data(0), log), n_trials=args.trials, n_workers=1)
-    complete = [r["value"] for r in log if not r["pruned"]]
+    used, complete = 0, []
+    for r in log:  # one worker: the log is in time order; the best completed within the epoch budget
+        used += r["epochs"]
+        if used > args.budget:
+            break
+        if not r["pruned"]:
+            complete.append(r["value"])
     return {"seed": seed, "feed_pruned": feed, "best": min(complete) if complete else None,
             "epochs": sum(r["epochs"] for r in log), "pruned": sum(r["pruned"] for r in log),
             "trials": len(log)}
@@ -107,7 +114,8 @@ def sign_test(d: list[float]) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--trials", type=int, default=60)
+    ap.add_argument("--trials", type=int, default=80, help="trials per study (enough to spend the budget)")
+    ap.add_argument("--budget", type=int, default=250, help="epochs: the best completed trial within them")
     ap.add_argument("--epochs", type=int, default=27)
     ap.add_argument("--out-dir", default=str(RESULTS))
     args = ap.parse_args()
@@ -130,7 +138,8 @@ def main() -> None:
     diff = [t["best"] - f["best"] for f, t in zip(by[False], by[True], strict=True)
             if t["best"] is not None and f["best"] is not None]
     test = sign_test(diff)
-    print(f"\nSGD on digits, sh pruner, {args.trials} trials x {args.seeds} seeds, one worker (sequential)")
+    print(f"\nSGD on digits, sh pruner, {args.trials} trials x {args.seeds} seeds, one worker (sequential); "
+          f"best = best completed within {args.budget} epochs")
     print(f"{'feed_pruned':12s} {'best loss mean':>15s} {'median':>8s} {'epochs':>8s} {'pruned':>7s}")
     for k, s in summary.items():
         print(f"{k:12s} {s['best_mean']:15.4f} {s['best_median']:8.4f} {s['epochs_mean']:8.0f} {s['pruned_mean']:7.1f}")
