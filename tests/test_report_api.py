@@ -167,3 +167,21 @@ def test_fed_pruned_values_end_the_warm_up(http: httpx.Client) -> None:
     trial = http.post(f"/v1/studies/{sid}/ask", json={}).json()["trials"][0]
     assert trial["prediction"] is not None
     assert http.get(f"/v1/studies/{sid}").json()["surrogate_status"]["lag"] == 0
+
+
+def test_curves_endpoint_pages_the_reported_trials(http: httpx.Client) -> None:
+    sid = _study(http, None)
+    tids = []
+    for i in range(3):
+        tid = _ask(http, sid)
+        for step in range(1, 4 + i):
+            _report(http, sid, tid, step, float(i * 10 + step))
+        tids.append(tid)
+    _ask(http, sid)  # a trial with no report is not listed
+    page = http.get(f"/v1/studies/{sid}/curves").json()
+    assert page["total"] == 3 and [c["trial_id"] for c in page["curves"]] == tids
+    assert page["curves"][2]["steps"] == [1, 2, 3, 4, 5] and page["curves"][2]["values"][0] == 21.0
+    page = http.get(f"/v1/studies/{sid}/curves", params={"limit": 1, "offset": 1}).json()
+    assert [c["trial_id"] for c in page["curves"]] == [tids[1]] and page["total"] == 3
+    assert_error(http.get("/v1/studies/999999/curves"), 404)
+    assert_error(http.get(f"/v1/studies/{sid}/curves", params={"limit": 0}), 422, field="limit")

@@ -154,6 +154,22 @@ def get_trial(study_id: StudyId, trial_id: TrialId, svc: Svc) -> dict[str, Any]:
     return trial_view(svc.storage.get_trial(study_id, trial_id))
 
 
+@router.get("/studies/{study_id}/curves", response_model=S.CurvePage, tags=["trials"],
+            summary="Learning curves: the reported points of each trial, a page of trials by number")
+def curves(
+    study_id: StudyId, svc: Svc,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+) -> dict[str, Any]:
+    rows, total = svc.storage.curves(study_id, limit, offset)
+    out: dict[int, dict[str, Any]] = {}
+    for tid, number, state, step, value in rows:
+        c = out.setdefault(tid, {"trial_id": tid, "number": number, "state": state, "steps": [], "values": []})
+        c["steps"].append(step)
+        c["values"].append(value)
+    return {"curves": list(out.values()), "total": total, "limit": limit, "offset": offset}
+
+
 @router.get("/studies/{study_id}/calibration", tags=["calibration"],
             summary="Prediction at ask vs outcome, coverage, breach rate, width, alpha trajectory",
             description="`trials`: for each completed trial that had a prediction, its intervals "

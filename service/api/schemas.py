@@ -371,6 +371,21 @@ class ReportResponse(BaseModel):
     should_prune: bool = Field(description="stop this trial now (then tell it with state pruned)")
 
 
+class CurveView(BaseModel):
+    trial_id: int
+    number: int
+    state: TrialState
+    steps: list[int]
+    values: list[float]
+
+
+class CurvePage(BaseModel):
+    curves: list[CurveView] = Field(description="learning curves of reported trials, by trial number")
+    total: int = Field(description="trials with reports")
+    limit: int
+    offset: int
+
+
 class TrialView(BaseModel):
     id: int
     study_id: int

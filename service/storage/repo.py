@@ -479,6 +479,23 @@ class Storage:
                  .order_by(TrialRow.finished_at, TrialRow.id))
             return [tuple(r) for r in s.execute(q)]
 
+    def curves(self, study_id: int, limit: int, offset: int) -> tuple[list[tuple[int, int, str, int, float]], int]:
+        """A page of the study's learning curves, by trial number: ``(trial id, number, state, step,
+        value)`` rows of the trials ``offset .. offset + limit`` among those with reports; and how
+        many trials have reports."""
+        with self._read() as s:
+            if s.get(StudyRow, study_id) is None:
+                raise NotFound(f"study {study_id} not found", field="study_id")
+            reported = (select(TrialRow.id, TrialRow.number).join(IntermediateRow, IntermediateRow.trial_id == TrialRow.id)
+                        .where(TrialRow.study_id == study_id).distinct())
+            total = s.scalar(select(func.count()).select_from(reported.subquery())) or 0
+            page = reported.order_by(TrialRow.number).limit(limit).offset(offset).subquery()
+            q = (select(TrialRow.id, TrialRow.number, TrialRow.state, IntermediateRow.step, IntermediateRow.value)
+                 .join(page, page.c.id == TrialRow.id)
+                 .join(IntermediateRow, IntermediateRow.trial_id == TrialRow.id)
+                 .order_by(TrialRow.number, IntermediateRow.step))
+            return [tuple(r) for r in s.execute(q)], total
+
     # ----------------------------------------------------------------- fits
     def fit_inputs(self, study_id: int) -> FitInputs | None:
         """What a fit of ``study_id`` needs, or None if the study is gone."""
