@@ -10,16 +10,19 @@ from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from . import __version__
 from .api import AUTH_DOC, errors, router
-from .api.middleware import BearerAuth, BodyLimit, CatchAll
+from .api.middleware import BearerAuth, BodyLimit, CatchAll, RequestContext
 from .api.schemas import Health
 from .config import Settings
+from .dashboard import install as install_dashboard
 from .errors import Unavailable
 from .logs import Throttled, one_line
+from .metrics import Metrics
 from .storage import Storage
 from .studies import StudyService
 from .studies.reaper import reap_once
@@ -94,7 +97,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         fits = await anyio.to_thread.run_sync(_fits, settings, storage)
         app.state.storage = storage
         app.state.fits = fits
-        app.state.studies = StudyService(settings, storage, fits)
+        metrics.watch(storage, fits.depth)
+        fits.observer = metrics
+        app.state.studies = StudyService(settings, storage, fits, metrics)
         app.state.readiness = Readiness(storage)
         lagging = await anyio.to_thread.run_sync(storage.studies_needing_fit)
         for study_id in lagging:  # tells that landed after the last fit before a restart
@@ -126,11 +131,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_url="/openapi.json" if docs else None,
     )
     app.state.settings = settings
+    metrics = app.state.metrics = Metrics()
     errors.install(app)
     # outermost last: CatchAll sees everything, auth runs before any body is read
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout_seconds)
     app.add_middleware(BearerAuth, tokens=tokens)
     app.add_middleware(CatchAll)
+    app.add_middleware(RequestContext, metrics=metrics, access_log=settings.access_log)
 
     @app.get("/healthz", response_model=Health, tags=["service"], summary="Readiness",
              description="200 while the database answers (checked at most once a second) and every fit "
@@ -153,5 +160,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def livez() -> dict[str, str]:
         return {"status": "ok"}
 
+    @app.get("/metrics", tags=["service"], summary="Prometheus metrics",
+             description="Prometheus text format: request latency per route, asks, tells, reports, fit "
+             "durations of this process's pool, the fit queue's depth, and per study (the newest 200) trial "
+             "counts, snapshot lag, coverage and breach rate per interval pair over its last 100 predicted "
+             "trials (read from the database at most every 10 s). Needs a token (any) when auth is on.",
+             response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
+             dependencies=[AUTH_DOC] if tokens else None)
+    async def metrics_page() -> Response:
+        body = await anyio.to_thread.run_sync(metrics.render)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
     app.include_router(router, dependencies=[AUTH_DOC] if tokens else None)
+    install_dashboard(app)
     return app

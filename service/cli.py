@@ -54,6 +54,18 @@ def _settings(args: argparse.Namespace):
     return Settings(**over)
 
 
+def configure_logging(settings) -> None:
+    """Text or JSON lines (CALIBO_LOG_FORMAT) at CALIBO_LOG_LEVEL; chatty libraries at warning."""
+    import logging
+
+    from service.logs import configure
+
+    configure(settings.log_level, settings.log_format)
+    if settings.log_level != "debug":
+        for noisy in ("alembic", "procrastinate"):  # a line per migration step / per deferred fit job
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
 def serve(args: argparse.Namespace) -> int:
     """Run the API (and its local fit pool) under uvicorn."""
     import logging
@@ -64,10 +76,9 @@ def serve(args: argparse.Namespace) -> int:
     from service.server import uvicorn_config
 
     settings = _settings(args)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if settings.log_level != "debug":
-        for noisy in ("alembic", "procrastinate"):  # a line per migration step / per deferred fit job
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.access_log:
+        settings.access_log = True
+    configure_logging(settings)
     app = create_app(settings)
     # A request allocates many short-lived objects (ORM rows, JSON): collect the young
     # generation less often (4% of the server's CPU under a crowd went to the collector).
@@ -78,17 +89,21 @@ def serve(args: argparse.Namespace) -> int:
 
     threadpool_limits(1, user_api="blas")
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-    print(f"calibo: serving on http://{shown}:{args.port}  (API docs: http://{shown}:{args.port}/docs)",
-          flush=True)
+    banner = f"calibo: serving on http://{shown}:{args.port}  (API docs: http://{shown}:{args.port}/docs)"
+    if settings.log_format == "json":  # every line of a JSON-lines log is JSON
+        logging.getLogger("calibo").info(banner)
+    else:
+        print(banner, flush=True)
+    # uvicorn's loggers go through calibo's handler (text or JSON, with request ids); the access
+    # lines are calibo's own (CALIBO_ACCESS_LOG / --access-log), with the request id and duration
     config = uvicorn_config(app, settings, args.host, args.port, log_level=settings.log_level,
-                            access_log=args.access_log)
+                            access_log=False, log_config=None)
     uvicorn.Server(config).run()
     return 0
 
 
 def worker(args: argparse.Namespace) -> int:
     """Take fit jobs from the cluster's queue until SIGTERM / Ctrl-C (settings from CALIBO_*)."""
-    import logging
 
     settings = _settings(args)
     if args.check:  # the container healthcheck: did this node's worker pass its watch lately?
@@ -101,10 +116,7 @@ def worker(args: argparse.Namespace) -> int:
         print("calibo worker: the fit queue needs PostgreSQL (CALIBO_DATABASE_URL=postgresql://...)",
               file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if settings.log_level != "debug":
-        for noisy in ("alembic", "procrastinate"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging(settings)
     from service.workers.worker import FitWorker
 
     FitWorker(settings.database_url, concurrency=args.concurrency or settings.worker_concurrency,
@@ -139,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--database-url", default=None, help="overrides CALIBO_DATABASE_URL")
     p.add_argument("--workers", type=int, default=None, help="fit processes (overrides CALIBO_WORKERS)")
     p.add_argument("--log-level", default=None)
-    p.add_argument("--access-log", action="store_true", help="log every request")
+    p.add_argument("--access-log", action="store_true", help="log every request (as CALIBO_ACCESS_LOG=true)")
     p.set_defaults(func=serve)
 
     p = sub.add_parser("worker", help="take refits from the cluster's PostgreSQL job queue (CALIBO_WORKER_MODE=queue)")

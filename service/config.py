@@ -58,6 +58,10 @@ class Settings(BaseSettings):
         "empty disables auth",
     )
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    log_format: Literal["text", "json"] = Field(
+        "text", description="text lines, or JSON lines (one object per line: ts, level, logger, message, "
+        "request_id and the line's fields)")
+    access_log: bool = Field(False, description="one log line per request: method, path, status, duration, request id")
     snapshot_cache: int = Field(64, ge=1, description="snapshots kept deserialised in memory")
     migrate: bool = Field(True, description="run `alembic upgrade head` when the app starts")
     heartbeat_timeout_seconds: float = Field(

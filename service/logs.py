@@ -1,11 +1,58 @@
-"""Logging that stays readable through an outage: one line per kind of failure per interval."""
+"""Logging: one line per kind of failure per interval (readable through an outage), the request id
+of the request a line belongs to, and a JSON-lines format (``CALIBO_LOG_FORMAT=json``)."""
 
 from __future__ import annotations
 
+import contextvars
+import json
 import logging
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
+
+# the id of the request being served (see api.middleware.RequestContext); "-" outside any request
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("calibo_request_id", default="-")
+# what every record has (and uvicorn's coloured copy of its message): not an extra field of the line
+_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime",
+                                                                                   "color_message"}
+
+
+class RequestIdFilter(logging.Filter):
+    """Puts the current request id on every record (``%(request_id)s`` in a text format)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "request_id"):
+            record.request_id = request_id.get()
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, request id, the record's extra
+    fields (an access line's method, path, status, duration) and the traceback, if any."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+               "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage(),
+               "request_id": getattr(record, "request_id", request_id.get())}
+        out.update({k: v for k, v in vars(record).items() if k not in _RECORD_FIELDS and k not in out})
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
+
+
+def configure(level: str, fmt: str = "text") -> None:
+    """The root logger of a calibo process: ``text`` lines or ``json`` lines on stderr, each with
+    the id of the request it belongs to."""
+    handler = logging.StreamHandler()
+    handler.addFilter(RequestIdFilter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
 
 
 class Throttled:

@@ -1,6 +1,7 @@
-"""ASGI middleware that runs before any route: the last-resort 500, auth, and body bounds.
+"""ASGI middleware that runs before any route: request ids, metrics and access lines, the
+last-resort 500, auth, and body bounds.
 
-All three are plain ASGI (no BaseHTTPMiddleware), so they cost a function call
+All are plain ASGI (no BaseHTTPMiddleware), so they cost a function call
 per request and see the request before its body is read:
 
 * ``CatchAll``: an unexpected exception answers a JSON 500 and the connection
@@ -22,12 +23,15 @@ import asyncio
 import hashlib
 import hmac
 import logging
+import re
+import time
+import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from fastapi import HTTPException
 
-from ..logs import Throttled, one_line
+from ..logs import Throttled, one_line, request_id
 from .errors import error_response
 
 log = logging.getLogger("calibo.api")
@@ -81,9 +85,10 @@ class CatchAll:
 
 
 class BearerAuth:
-    def __init__(self, app: ASGIApp, tokens: dict[str, str], prefix: str = "/v1") -> None:
+    def __init__(self, app: ASGIApp, tokens: dict[str, str], prefixes: tuple[str, ...] = ("/v1", "/metrics")
+                 ) -> None:
         self.app = app
-        self.prefix = prefix
+        self.prefixes = prefixes
         self.tokens = [(hashlib.sha256(t.encode()).digest(), role) for t, role in tokens.items()]
 
     def role(self, token: str) -> str | None:
@@ -96,8 +101,9 @@ class BearerAuth:
         return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.tokens or not (
-                scope["path"] == self.prefix or scope["path"].startswith(self.prefix + "/")):
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not self.tokens or not any(
+                path == p or path.startswith(p + "/") for p in self.prefixes):
             await self.app(scope, receive, send)
             return
         header = (_header(scope, b"authorization") or b"").decode("latin-1")
@@ -169,3 +175,52 @@ class BodyLimit:
             return message
 
         await self.app(scope, bounded, send)
+
+
+_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
+access = logging.getLogger("calibo.access")
+
+
+class RequestContext:
+    """Every HTTP request gets an id (the caller's ``X-Request-ID`` when it is a plain token of up to
+    128 characters, else a new one), echoed in the ``X-Request-ID`` response header and put on
+    every log line written while the request is served; its latency is observed in the
+    ``calibo_http_request_duration_seconds`` histogram, labelled with the route's template (so
+    ``/v1/studies/{study_id}/ask``, not one label per study; ``unmatched`` for a 404 path); with
+    ``access_log``, one ``calibo.access`` line per request (method, path, status, duration)."""
+
+    def __init__(self, app: ASGIApp, metrics: Any, access_log: bool = False) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.access_log = access_log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = _header(scope, b"x-request-id")
+        rid = given.decode() if given is not None and _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        token = request_id.set(rid)
+        header = (b"x-request-id", rid.encode())
+        status = 500
+        t0 = time.perf_counter()
+
+        async def with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, with_id)
+        finally:
+            took = time.perf_counter() - t0
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            self.metrics.requests.labels(scope["method"], template, str(status)).observe(took)
+            if self.access_log:
+                access.info("%s %s %d %.1f ms", scope["method"], scope["path"], status, 1000 * took,
+                            extra={"method": scope["method"], "path": scope["path"], "status": status,
+                                   "duration_ms": round(1000 * took, 3), "client": (scope.get("client") or ("-",))[0]})
+            request_id.reset(token)

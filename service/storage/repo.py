@@ -479,6 +479,14 @@ class Storage:
                  .order_by(TrialRow.finished_at, TrialRow.id))
             return [tuple(r) for r in s.execute(q)]
 
+    def recent_records(self, study_id: int, n: int) -> list[dict[str, Any]]:
+        """Calibration records of the study's last ``n`` predicted trials, oldest first."""
+        with self._read() as s:
+            q = (select(TrialRow.record).where(TrialRow.study_id == study_id, TrialRow.state == "complete",
+                                               TrialRow.record.is_not(None))
+                 .order_by(TrialRow.finish_seq.desc()).limit(n))
+            return list(reversed(s.scalars(q).all()))
+
     def curves(self, study_id: int, limit: int, offset: int) -> tuple[list[tuple[int, int, str, int, float]], int]:
         """A page of the study's learning curves, by trial number: ``(trial id, number, state, step,
         value)`` rows of the trials ``offset .. offset + limit`` among those with reports; and how

@@ -48,8 +48,9 @@ def _same_value(a: float | None, b: float | None) -> bool:
 class StudyService:
     """Create, ask, tell and report on studies; shared by all API requests of a process."""
 
-    def __init__(self, settings: Settings, storage: Storage, fits: FitPool | None) -> None:
+    def __init__(self, settings: Settings, storage: Storage, fits: FitPool | None, metrics: Any = None) -> None:
         self.settings = settings
+        self.metrics = metrics  # the app's Metrics (counters of asks, tells, reports), or None
         self.storage = storage
         self.fits = fits
         self._defs: dict[int, StudyDef] = {}
@@ -151,7 +152,10 @@ class StudyService:
         with self._active(study_id):
             if self._inflight[study_id] == 1:  # maybe a sequential user: see _maybe_wait_for_fit
                 await anyio.to_thread.run_sync(self._maybe_wait_for_fit, sd)
-            return await self._writes(study_id, ("ask", (count, worker_id, key)))
+            out = await self._writes(study_id, ("ask", (count, worker_id, key)))
+        if self.metrics is not None and isinstance(out, list):
+            self.metrics.asked.inc(len(out))
+        return out
 
     @contextmanager
     def _active(self, study_id: int) -> Iterator[None]:
@@ -294,6 +298,8 @@ class StudyService:
                 raise InvalidRequest(e.message, field="value") from None
         with self._active(study_id):
             view, changed, n_complete = await self._writes(study_id, ("tell", (trial_id, value, state)))
+        if changed and self.metrics is not None:
+            self.metrics.told.labels(state).inc()
         feeds = state == "complete" or (state == "pruned" and value is not None and sd.pruner.feed_pruned)
         # with pruned values fed, completed trials undercount the observations: fit_study counts them
         enough = sd.pruner.feed_pruned or n_complete >= max(sd.config.n_warmup, 4)
@@ -350,7 +356,11 @@ class StudyService:
     def report(self, study_id: int, trial_id: int, step: int, value: float) -> bool:
         """Store a running trial's learning-curve point; whether the study's pruner stops it."""
         sd = self.study(study_id)
-        return report(self.storage, sd, trial_id, step, value, self.heartbeat_timeout(sd))
+        prune = report(self.storage, sd, trial_id, step, value, self.heartbeat_timeout(sd))
+        if self.metrics is not None:
+            self.metrics.reports.inc()
+            self.metrics.pruned.inc(prune)
+        return prune
 
     # --------------------------------------------------------- calibration
     def calibration(self, study_id: int, window: int = 20) -> dict[str, Any]:

@@ -79,6 +79,7 @@ class FitPool:
         self._executor = self._make_executor()
         self.fits_done = 0
         self.fits_failed = 0
+        self.observer: Any = None  # the app's Metrics: observe_fit(result), fit_failures
         if workers:
             threading.Thread(target=self._watch, daemon=True, name="calibo-fit-watch").start()
 
@@ -108,6 +109,11 @@ class FitPool:
             st.running = True
             st.dirty = False
         self._submit(study_id)
+
+    def depth(self) -> int:
+        """Studies with a fit running or waiting to run."""
+        with self._cond:
+            return sum(st.running for st in self._studies.values())
 
     def busy(self, study_id: int) -> bool:
         with self._cond:
@@ -254,6 +260,8 @@ class FitPool:
             if exc is None:
                 res = saved
                 self.fits_done += res.get("status") == "fitted"
+                if self.observer is not None:
+                    self.observer.observe_fit(res)
                 st.attempts = 0
                 st.last_error = None
                 st.fitted_n_obs = max(st.fitted_n_obs, int(res.get("n_obs") or 0))
@@ -266,6 +274,8 @@ class FitPool:
                     st.running = False
             else:
                 self.fits_failed += 1
+                if self.observer is not None:
+                    self.observer.fit_failures.inc()
                 st.attempts += 1
                 st.last_error = f"{type(exc).__name__}: {exc}"
                 if st.attempts <= self.retries:

@@ -86,6 +86,7 @@ class QueueFits:
         self._dirty: set[int] = set()
         self._closed = False
         self.deferred = 0
+        self.observer: Any = None  # fits run in the workers, which have their own metrics
         self._flusher = threading.Thread(target=self._flush_loop, daemon=True, name="calibo-fit-defer")
         self._flusher.start()
 
@@ -97,6 +98,13 @@ class QueueFits:
                 return
             self._dirty.add(study_id)
             self._cond.notify_all()
+
+    def depth(self) -> int:
+        """Fit jobs waiting or running on the queue (every API replica sees the same)."""
+        try:
+            return sum(len(self._jobs(status=status)) for status in ("todo", "doing"))
+        except Unavailable:
+            return 0
 
     def busy(self, study_id: int) -> bool:
         s = self.status(study_id)
