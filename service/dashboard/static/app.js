@@ -1,0 +1,773 @@
+// calibo dashboard: polls the JSON API under /v1 and draws a study's state. Plain JS, no build step.
+// Charts: the vendored uPlot (static/vendor, see VENDORED.md); parallel coordinates: a canvas of our own.
+"use strict";
+
+(() => {
+  const query = new URLSearchParams(location.search);
+  const POLL_MS = Math.max(200, 1000 * (parseFloat(query.get("poll")) || 3));
+  // the page lives at <root>dashboard; the API at <root>v1 (root is "/" unless a proxy adds a prefix)
+  const API = location.pathname.replace(/dashboard\/?$/, "") + "v1";
+  const TOKEN_KEY = "calibo.token";
+  const STUDIES_PER_PAGE = 20;
+  const MAX_CURVES = 400;
+  const PAGE = 1000; // the API's largest page
+
+  const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+  const STATE_COLORS = {
+    complete: "rgba(31, 119, 180, 0.55)", running: "rgba(255, 127, 14, 0.9)",
+    pruned: "rgba(140, 140, 140, 0.45)", failed: "rgba(214, 39, 40, 0.5)",
+  };
+  const VIRIDIS = [[68, 1, 84], [72, 40, 120], [62, 74, 137], [49, 104, 142], [38, 130, 142],
+    [31, 158, 137], [53, 183, 121], [109, 205, 89], [180, 222, 44], [253, 231, 37]];
+
+  const $ = (sel, el = document) => el.querySelector(sel);
+  const $$ = (sel, el = document) => Array.from(el.querySelectorAll(sel));
+
+  const state = {
+    token: localStorage.getItem(TOKEN_KEY),
+    needToken: false,
+    offset: 0, // of the study list
+    studyId: null,
+    // the selected study's data; trials and curves are refreshed incrementally
+    study: null, calibration: null, trials: [], curves: [],
+    notice: null, // a lasting warning (the selected study was deleted)
+    pair: null, // chosen interval pair of the calibration plot (index), null: the widest
+    log: { best: null, calibration: null, curves: null }, // log scales: null automatic, else the user's choice
+    polls: 0,
+  };
+
+  // ------------------------------------------------------------------ helpers
+  function h(tag, attrs = {}, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) {
+      if (v == null || v === false) continue;
+      if (k === "class") el.className = v;
+      else if (k === "dataset") Object.assign(el.dataset, v);
+      else el.setAttribute(k, v === true ? "" : v);
+    }
+    for (const c of children.flat()) if (c != null) el.append(c instanceof Node ? c : String(c));
+    return el;
+  }
+
+  function fmt(v, digits = 4) {
+    if (v == null || Number.isNaN(v)) return "—";
+    if (typeof v !== "number") return String(v);
+    const a = Math.abs(v);
+    if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(2).replace(/\.?0+e/, "e");
+    return String(parseFloat(v.toPrecision(digits)));
+  }
+
+  const pct = (c) => `${fmt(100 * c, 3)}%`;
+  // Math.min(...a) overflows the stack on very long arrays (large studies)
+  const minOf = (a) => a.reduce((m, v) => (v < m ? v : m), Infinity);
+  const maxOf = (a) => a.reduce((m, v) => (v > m ? v : m), -Infinity);
+
+  function ago(iso) {
+    if (!iso) return "—";
+    const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+    if (s < 60) return `${Math.round(s)} s ago`;
+    if (s < 3600) return `${Math.round(s / 60)} min ago`;
+    if (s < 86400) return `${(s / 3600).toFixed(1)} h ago`;
+    return `${(s / 86400).toFixed(1)} d ago`;
+  }
+
+  function viridis(t) {
+    const x = Math.min(1, Math.max(0, t)) * (VIRIDIS.length - 1);
+    const i = Math.min(VIRIDIS.length - 2, Math.floor(x));
+    const f = x - i;
+    const c = VIRIDIS[i].map((a, k) => Math.round(a + f * (VIRIDIS[i + 1][k] - a)));
+    return `rgb(${c[0]}, ${c[1]}, ${c[2]})`;
+  }
+
+  // ---------------------------------------------------------------------- API
+  class ApiError extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  async function api(path) {
+    const headers = { Accept: "application/json" };
+    if (state.token) headers.Authorization = `Bearer ${state.token}`;
+    let r;
+    try {
+      r = await fetch(API + path, { headers, cache: "no-store" });
+    } catch (e) {
+      throw new ApiError(0, "cannot reach the server");
+    }
+    if (!r.ok) {
+      let msg = r.statusText;
+      try {
+        const body = await r.json();
+        msg = (body.error && body.error.message) || body.detail || msg;
+      } catch (e) { /* not JSON */ }
+      throw new ApiError(r.status, msg);
+    }
+    return r.json();
+  }
+
+  // every item of a paged list endpoint from position `start` on
+  async function pages(path, key, start) {
+    const items = [];
+    let offset = start;
+    let total;
+    for (;;) {
+      const page = await api(`${path}?limit=${PAGE}&offset=${offset}`);
+      items.push(...page[key]);
+      total = page.total;
+      offset += page[key].length;
+      if (!page[key].length || offset >= total) break;
+    }
+    return { items, total };
+  }
+
+  // Trials (and learning curves) are listed by trial number, and only a running trial changes. Items
+  // numbered below the first trial that was running at the last poll are final: keep them, read the rest.
+  async function refresh(cache, path, key, firstOpen) {
+    let keep = cache.findIndex((x) => x.number >= firstOpen);
+    if (keep < 0) keep = cache.length;
+    const { items, total } = await pages(path, key, keep);
+    const out = cache.slice(0, keep).concat(items);
+    return out.length === total ? out : (await pages(path, key, 0)).items;
+  }
+
+  // ---------------------------------------------------------------- polling
+  let timer = null;
+  let polling = false;
+  let again = false;
+
+  function schedule(ms) {
+    clearTimeout(timer);
+    timer = setTimeout(poll, ms);
+  }
+
+  function pollNow() {
+    if (polling) again = true;
+    else schedule(0);
+  }
+
+  async function poll() {
+    if (polling) return; // never two polls at once
+    polling = true;
+    again = false;
+    try {
+      if (!document.hidden || state.polls === 0) {
+        const id = state.studyId;
+        const [list, loaded] = await Promise.all([loadStudies(id), id != null ? loadStudy(id) : null]);
+        const current = loaded && state.studyId === id; // not another study selected meanwhile
+        if (current) Object.assign(state, loaded);
+        renderStudies(list); // after the study: its row shows the same view as its details
+        if (current) renderStudy();
+        state.polls += 1;
+        document.body.dataset.polls = state.polls;
+        setStatus("ok", `updated ${new Date().toLocaleTimeString()}`);
+        showBanner(state.notice);
+      }
+    } catch (e) {
+      handleError(e);
+    } finally {
+      polling = false;
+      if (!state.needToken) schedule(again ? 0 : POLL_MS);
+    }
+  }
+
+  function handleError(e) {
+    const status = e instanceof ApiError ? e.status : -1;
+    if (status === 401) {
+      askToken(state.token ? "The server rejected this token: enter another one." : null);
+    } else if (status === 503) {
+      setStatus("busy", "server busy, retrying");
+      showBanner("The server is busy (503): retrying.", "warn");
+    } else if (status === 0) {
+      setStatus("error", "server unreachable, retrying");
+      showBanner("Cannot reach the server: retrying.", "warn");
+    } else if (status === -1) {
+      console.error(e);
+      setStatus("error", "error");
+      showBanner(`The dashboard failed: ${e.message}`, "error");
+    } else {
+      setStatus("error", `error ${status}, retrying`);
+      showBanner(`The server answered ${status}: ${e.message}`, "error");
+    }
+  }
+
+  function setStatus(kind, text) {
+    const el = $("#status");
+    el.dataset.state = kind;
+    el.textContent = text;
+  }
+
+  function showBanner(text, kind = "warn") {
+    const el = $("#banner");
+    el.hidden = !text;
+    el.textContent = text || "";
+    el.className = `banner ${kind}`;
+  }
+
+  // ------------------------------------------------------------------ token
+  function askToken(why) {
+    state.needToken = true;
+    clearTimeout(timer);
+    setStatus("token", "waiting for a token");
+    const form = $("#token-form");
+    form.hidden = false;
+    if (why) $("#token-why").textContent = why;
+    $("#token-input").focus();
+    showBanner(null);
+  }
+
+  function setToken(token) {
+    state.token = token || null;
+    if (token) localStorage.setItem(TOKEN_KEY, token);
+    else localStorage.removeItem(TOKEN_KEY);
+    $("#token-button").hidden = !state.token;
+  }
+
+  $("#token-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const token = $("#token-input").value.trim();
+    if (!token) return;
+    setToken(token);
+    $("#token-input").value = "";
+    $("#token-form").hidden = true;
+    state.needToken = false;
+    pollNow();
+  });
+
+  $("#token-button").addEventListener("click", () => {
+    setToken(null);
+    $("#token-why").textContent = "Token forgotten. Enter a token to read this server's studies.";
+    pollNow(); // a server with auth answers 401: the form shows
+  });
+
+  // ----------------------------------------------------------- study list
+  // a page of studies, and each one's view for its surrogate status (the selected one's comes with it)
+  async function loadStudies(selected) {
+    const page = await api(`/studies?limit=${STUDIES_PER_PAGE}&offset=${state.offset}`);
+    if (!page.studies.length && state.offset > 0 && page.total > 0) {
+      state.offset = Math.max(0, page.total - STUDIES_PER_PAGE);
+      return loadStudies(selected);
+    }
+    const views = await Promise.all(page.studies.map((s) => (s.id === selected ? null : api(`/studies/${s.id}`)
+      .catch((e) => {
+        if (e.status === 404) return null; // deleted meanwhile
+        throw e;
+      }))));
+    return { page, views };
+  }
+
+  function surrogateCell(st) {
+    if (!st) return h("span", { class: "muted" }, "—");
+    const parts = [];
+    if (st.snapshot_version == null) parts.push(h("span", { class: "muted" }, "no fit yet"));
+    else {
+      parts.push(`v${st.snapshot_version} on ${st.fitted_on}`);
+      parts.push(h("span", { class: st.lag > 0 ? "lag" : "muted" }, ` lag ${st.lag}`));
+      parts.push(` · ${st.method || "?"} · ${st.device || "?"}`);
+    }
+    if (st.fitting) parts.push(" ", h("span", { class: "badge fitting" }, "fitting"));
+    if (st.queued) parts.push(" ", h("span", { class: "badge queued" }, "queued"));
+    if (st.last_error) parts.push(" ", h("span", { class: "badge error", title: st.last_error }, "error"));
+    return h("span", { class: "surrogate" }, parts);
+  }
+
+  function renderStudies({ page, views }) {
+    $("#studies-total").textContent = `(${page.total})`;
+    const first = page.total ? page.offset + 1 : 0;
+    $("#page-info").textContent = `${first}–${page.offset + page.studies.length} of ${page.total}`;
+    $("#prev-page").disabled = page.offset === 0;
+    $("#next-page").disabled = page.offset + page.studies.length >= page.total;
+    $("#no-studies").hidden = page.total > 0;
+    const rows = page.studies.map((row, i) => {
+      const sel = state.study && state.study.id === row.id;
+      const s = sel ? state.study : row;
+      const v = sel ? state.study : views[i];
+      const t = s.trials;
+      return h("tr", { dataset: { studyId: s.id }, class: s.id === state.studyId ? "selected" : null },
+        h("td", { class: "num" }, s.id),
+        h("td", {}, h("a", { href: `#study=${s.id}` }, s.name)),
+        h("td", {}, s.direction),
+        h("td", {}, `${s.surrogate} / ${s.acquisition}`),
+        h("td", { class: "num" }, t.running), h("td", { class: "num" }, t.complete),
+        h("td", { class: "num" }, t.failed), h("td", { class: "num" }, t.pruned),
+        h("td", { class: "num total" }, t.total),
+        h("td", { class: "num best" }, s.best_trial ? fmt(s.best_trial.value) : "—"),
+        h("td", {}, surrogateCell(v && v.surrogate_status)));
+    });
+    $("#study-table tbody").replaceChildren(...rows);
+  }
+
+  $("#study-table tbody").addEventListener("click", (ev) => {
+    const tr = ev.target.closest("tr[data-study-id]");
+    if (tr && !ev.target.closest("a")) location.hash = `study=${tr.dataset.studyId}`;
+  });
+  $("#prev-page").addEventListener("click", () => {
+    state.offset = Math.max(0, state.offset - STUDIES_PER_PAGE);
+    pollNow();
+  });
+  $("#next-page").addEventListener("click", () => {
+    state.offset += STUDIES_PER_PAGE;
+    pollNow();
+  });
+
+  // ----------------------------------------------------------- one study
+  function selectFromHash() {
+    const m = /study=(\d+)/.exec(location.hash);
+    const id = m ? Number(m[1]) : null;
+    if (id === state.studyId) return;
+    state.studyId = id;
+    if (id != null) state.notice = null;
+    Object.assign(state, { study: null, calibration: null, trials: [], curves: [], pair: null,
+      log: { best: null, calibration: null, curves: null } });
+    for (const name of Object.keys(charts)) destroyChart(name);
+    $("#study").hidden = id == null;
+    $$("#study-table tbody tr").forEach((tr) => tr.classList.toggle("selected", Number(tr.dataset.studyId) === id));
+    if (id != null) pollNow();
+  }
+  window.addEventListener("hashchange", selectFromHash);
+
+  async function loadStudy(id) {
+    const open = state.trials.filter((t) => t.state === "running").map((t) => t.number);
+    const last = state.trials.length ? state.trials[state.trials.length - 1].number : -1;
+    const firstOpen = open.length ? minOf(open) : last + 1;
+    let study, calibration, trials, curves;
+    try {
+      [study, calibration, [trials, curves]] = await Promise.all([
+        api(`/studies/${id}`),
+        api(`/studies/${id}/calibration`),
+        (async () => {
+          // trials before curves: a curve of a trial finished at this trials read is final
+          const t = await refresh(state.trials, `/studies/${id}/trials`, "trials", firstOpen);
+          const c = await refresh(state.curves, `/studies/${id}/curves`, "curves", firstOpen);
+          return [t, c];
+        })(),
+      ]);
+    } catch (e) {
+      if (e.status === 404 && state.studyId === id) {
+        state.notice = `Study ${id} does not exist (deleted?).`;
+        location.hash = "";
+        return null;
+      }
+      throw e;
+    }
+    return { study, calibration, trials, curves };
+  }
+
+  function fact(label, value, attrs = {}) {
+    return h("div", { class: "fact", ...attrs }, h("span", { class: "label" }, label), h("span", { class: "value" }, value));
+  }
+
+  function renderStudy() {
+    const { study: s, calibration: cal } = state;
+    $("#study").hidden = false;
+    $("#study-title").replaceChildren(`#${s.id} `, h("span", {}, s.name));
+    const t = s.trials;
+    const best = s.best_trial;
+    const st = s.surrogate_status;
+    const facts = [
+      fact("direction", s.direction),
+      fact("surrogate / acquisition", `${s.surrogate} / ${s.acquisition}`),
+      fact("pruner", (s.pruner && s.pruner.name) || "none"),
+      fact("trials", `${t.total} (${t.complete} complete, ${t.running} running, ${t.failed} failed, ${t.pruned} pruned)`,
+        { dataset: { fact: "trials", total: t.total } }),
+      fact("best", best ? `${fmt(best.value)} (trial ${best.number}: ${Object.entries(best.params)
+        .map(([k, v]) => `${k}=${fmt(v)}`).join(", ")})` : "—", { dataset: { fact: "best" } }),
+      fact("surrogate", surrogateCell(st)),
+      fact("last fit", st && st.fitted_at ? `${ago(st.fitted_at)}, took ${fmt(st.fit_seconds, 2)} s` : "—"),
+    ];
+    if (s.adaptive) facts.push(fact("adapter", s.adaptive.adapter));
+    if (cal && cal.summary && cal.summary.n) {
+      const cov = cal.summary.coverage.map((c, i) => `${pct(cal.nominal[i])}→${fmt(c, 2)}`).join(" · ");
+      facts.push(fact(`coverage (${cal.summary.n} predicted)`, cov, { title: "nominal → observed coverage" }));
+    }
+    $("#study-facts").replaceChildren(...facts);
+    drawBest();
+    drawCalibration();
+    drawCoverage("coverage", "cumulative_coverage");
+    drawCoverage("rolling", "rolling_coverage");
+    drawAlpha();
+    drawParams();
+    drawCurves();
+  }
+
+  // ------------------------------------------------------------------ charts
+  const charts = {}; // name -> {u, sig, key}
+
+  function figure(name) {
+    return $(`[data-plot="${name}"]`);
+  }
+
+  function chartSize(el) {
+    return { width: Math.max(280, el.clientWidth), height: 260 };
+  }
+
+  function destroyChart(name) {
+    if (charts[name]) charts[name].u.destroy();
+    delete charts[name];
+    const fig = figure(name);
+    if (fig) fig.dataset.points = 0;
+  }
+
+  function empty(name, text) {
+    destroyChart(name);
+    const fig = figure(name);
+    fig.classList.add("empty");
+    fig.dataset.points = 0;
+    $(".chart", fig).replaceChildren(h("p", { class: "nodata" }, text));
+  }
+
+  // (re)draws chart `name`: a new uPlot when its series change (sig), else only new data
+  function chart(name, sig, points, makeOpts, data) {
+    const fig = figure(name);
+    const el = $(".chart", fig);
+    fig.classList.remove("empty");
+    fig.dataset.points = points;
+    const key = JSON.stringify(data);
+    const c = charts[name];
+    if (c && c.sig === sig) {
+      if (c.key !== key) c.u.setData(data);
+      c.key = key;
+      return;
+    }
+    destroyChart(name);
+    fig.dataset.points = points;
+    el.replaceChildren();
+    charts[name] = { u: new uPlot({ ...chartSize(el), ...makeOpts() }, data, el), sig, key };
+  }
+
+  const tickValues = (u, ticks) => ticks.map((v) => (v == null ? "" : fmt(v)));
+  // trial numbers and steps are integers: no ticks between them
+  const INT_INCRS = [1, 2, 5].flatMap((m) => [1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7].map((e) => m * e))
+    .concat([25, 250, 2500]).sort((a, b) => a - b);
+  // on a log scale, ticks, labels and grid lines at the powers of ten only (not at every 1..9 × 10^k)
+  const decade = (v) => v === 0 || Math.abs(Math.log10(Math.abs(v)) % 1) < 1e-9 || Math.abs(Math.log10(Math.abs(v)) % 1) > 1 - 1e-9;
+  const decades = (u, splits) => splits.map((v) => (v != null && decade(v) ? v : null));
+  const axes = (x, y, log = false) => [
+    { label: x, stroke: "#444", grid: { stroke: "#eee" }, ticks: { stroke: "#ddd" }, incrs: INT_INCRS },
+    {
+      label: y, stroke: "#444", size: 58, values: tickValues, ...(log ? { filter: decades } : {}),
+      grid: { stroke: "#eee", ...(log ? { filter: decades } : {}) },
+      ticks: { stroke: "#ddd", ...(log ? { filter: decades } : {}) },
+    },
+  ];
+  const legendValue = (u, v) => fmt(v);
+  const dots = (color, size = 6) => ({
+    stroke: color, fill: color, width: 1, paths: () => null, points: { show: true, size, fill: color, stroke: color },
+    value: legendValue,
+  });
+  const line = (color, extra = {}) => ({ stroke: color, width: 1.75, points: { show: false }, spanGaps: true, value: legendValue, ...extra });
+
+  // dashed horizontal target lines at `values` (y scale), one color each
+  function targets(values, colors) {
+    return {
+      hooks: {
+        draw: [(u) => {
+          const ctx = u.ctx;
+          const { left, top, width, height } = u.bbox;
+          ctx.save();
+          ctx.beginPath();
+          ctx.rect(left, top, width, height);
+          ctx.clip();
+          ctx.setLineDash([6 * devicePixelRatio, 5 * devicePixelRatio]);
+          ctx.lineWidth = 1.25 * devicePixelRatio;
+          values.forEach((v, i) => {
+            const y = u.valToPos(v, "y", true);
+            ctx.strokeStyle = colors[i];
+            ctx.beginPath();
+            ctx.moveTo(left, y);
+            ctx.lineTo(left + width, y);
+            ctx.stroke();
+          });
+          ctx.restore();
+        }],
+      },
+    };
+  }
+
+  function drawBest() {
+    const s = state.study;
+    const done = state.trials.filter((t) => t.value != null && (t.state === "complete" || t.state === "pruned"));
+    const nComplete = done.filter((t) => t.state === "complete").length;
+    if (!nComplete) return empty("best", "no completed trial yet");
+    const sign = s.direction === "maximize" ? -1 : 1;
+    const xs = [], values = [], pruned = [], best = [];
+    let b = null;
+    for (const t of done) {
+      xs.push(t.number);
+      const ok = t.state === "complete";
+      values.push(ok ? t.value : null);
+      pruned.push(ok ? null : t.value);
+      if (ok && (b == null || sign * t.value < sign * b)) b = t.value;
+      best.push(b);
+    }
+    const anyPruned = pruned.some((v) => v != null);
+    const y = logScale("best", done.map((t) => t.value));
+    const data = [xs, values, best];
+    if (anyPruned) data.push(pruned);
+    chart("best", `best:${y.sig}:${anyPruned}`, nComplete, () => ({
+      scales: { x: { time: false }, y: y.scale },
+      axes: axes("trial number", "objective value", y.sig !== "linear"),
+      series: [
+        { label: "trial" },
+        { label: "trial value", ...dots("rgba(31, 119, 180, 0.6)", 6) },
+        line("#e8590c", { label: `best so far (${s.direction})`, width: 2.5, paths: uPlot.paths.stepped({ align: 1 }) }),
+        ...(anyPruned ? [{ label: "pruned (last value)", ...dots("rgba(140, 140, 140, 0.6)", 5) }] : []),
+      ],
+    }), data);
+  }
+
+  // a log y scale where the values span decades: log10 when all are positive, else asinh (log-like
+  // on both sides of 0, linear within the smallest |value|); the checkbox of plot `name` overrides the automatic choice
+  function logScale(name, values, others = []) {
+    const mags = values.filter((v) => v != null).map(Math.abs).filter((v) => v > 0);
+    const lo = mags.length ? minOf(mags) : 1;
+    const hi = mags.length ? maxOf(mags) : 1;
+    const on = state.log[name] == null ? hi / lo > 100 : state.log[name];
+    $(`[data-plot="${name}"] [data-option="log"]`).checked = on;
+    if (!on) return { sig: "linear", scale: {} };
+    if (values.concat(others).every((v) => v == null || v > 0)) return { sig: "log", scale: { distr: 3 } };
+    const lin = Number(lo.toPrecision(1));
+    return { sig: `asinh${lin}`, scale: { distr: 4, log: 10, asinh: lin } };
+  }
+
+  for (const name of ["best", "calibration", "curves"]) {
+    $(`[data-plot="${name}"] [data-option="log"]`).addEventListener("change", (ev) => {
+      state.log[name] = ev.target.checked;
+      if (state.study) renderStudy();
+    });
+  }
+
+  function drawCalibration() {
+    const cal = state.calibration;
+    const select = $('[data-plot="calibration"] [data-option="pair"]');
+    if (!cal || !cal.n) {
+      select.replaceChildren();
+      return empty("calibration", "no predicted trial has completed yet (warm start)");
+    }
+    const nominal = cal.nominal;
+    const widest = nominal.indexOf(Math.max(...nominal));
+    const pair = state.pair != null && state.pair < nominal.length ? state.pair : widest;
+    if (select.options.length !== nominal.length) {
+      select.replaceChildren(...nominal.map((c, i) => h("option", { value: i }, pct(c))));
+    }
+    select.value = String(pair);
+    const rows = cal.trials.slice().sort((a, b) => a.number - b.number);
+    const xs = rows.map((t) => t.number);
+    const lower = rows.map((t) => t.intervals[pair].lower);
+    const upper = rows.map((t) => t.intervals[pair].upper);
+    const mean = rows.map((t) => t.mean);
+    const inside = rows.map((t) => (t.intervals[pair].covered ? t.value : null));
+    const outside = rows.map((t) => (t.intervals[pair].covered ? null : t.value));
+    const label = pct(nominal[pair]);
+    const y = logScale("calibration", rows.map((t) => t.value), lower);
+    chart("calibration", `cal:${pair}:${y.sig}`, rows.length, () => ({
+      scales: { x: { time: false }, y: y.scale },
+      axes: axes("trial number", "objective value", y.sig !== "linear"),
+      series: [
+        { label: "trial" },
+        line("rgba(31, 119, 180, 0.7)", { label: `${label} lower`, width: 1 }),
+        line("rgba(31, 119, 180, 0.7)", { label: `${label} upper`, width: 1 }),
+        line("rgba(60, 60, 60, 0.7)", { label: "predicted mean", width: 1, dash: [4, 4] }),
+        { label: "value (inside)", ...dots("#2b8a3e", 7) },
+        { label: "value (breach)", ...dots("#e03131", 7) },
+      ],
+      bands: [{ series: [2, 1], fill: "rgba(31, 119, 180, 0.15)" }],
+    }), [xs, lower, upper, mean, inside, outside]);
+  }
+
+  $('[data-plot="calibration"] [data-option="pair"]').addEventListener("change", (ev) => {
+    state.pair = Number(ev.target.value);
+    if (state.study) drawCalibration();
+  });
+
+  function calibrationXs(cal) {
+    return cal.trials.map((t) => t.number);
+  }
+
+  function drawCoverage(name, key) {
+    const cal = state.calibration;
+    if (!cal || !cal.n) return empty(name, "no predicted trial has completed yet (warm start)");
+    const win = $(`[data-plot="${name}"] .window`);
+    if (win && cal.window) win.textContent = cal.window;
+    const nominal = cal.nominal;
+    const series = nominal.map((c, i) => line(COLORS[i % COLORS.length], { label: `${pct(c)} interval` }));
+    const data = [calibrationXs(cal), ...nominal.map((_, i) => cal[key].map((row) => row[i]))];
+    chart(name, `${name}:${nominal.join()}`, cal.n, () => ({
+      scales: { x: { time: false }, y: { range: [0, 1.02] } },
+      axes: axes("trial number", key === "rolling_coverage" ? "rolling coverage" : "cumulative coverage"),
+      series: [{ label: "trial" }, ...series],
+      plugins: [targets(nominal, nominal.map((_, i) => COLORS[i % COLORS.length]))],
+    }), data);
+  }
+
+  function drawAlpha() {
+    const cal = state.calibration;
+    if (!cal || !cal.n) return empty("alpha", "no predicted trial has completed yet (warm start)");
+    const nominal = cal.nominal;
+    const pairs = (state.study.adaptive && state.study.adaptive.pairs) || [];
+    const target = nominal.map((c, i) => (pairs[i] ? pairs[i].target_alpha : 1 - c));
+    const series = nominal.map((c, i) => line(COLORS[i % COLORS.length], { label: `α of ${pct(c)}` }));
+    const data = [calibrationXs(cal), ...nominal.map((_, i) => cal.alpha_trajectory.map((row) => row[i]))];
+    chart("alpha", `alpha:${nominal.join()}`, cal.n, () => ({
+      scales: { x: { time: false }, y: { range: [0, 1.02] } },
+      axes: axes("trial number", "alpha (miscoverage)"),
+      series: [{ label: "trial" }, ...series],
+      plugins: [targets(target, nominal.map((_, i) => COLORS[i % COLORS.length]))],
+    }), data);
+  }
+
+  function drawCurves() {
+    let curves = state.curves.filter((c) => c.steps.length);
+    if (!curves.length) return empty("curves", "no trial has reported a learning curve");
+    const total = curves.length;
+    const bestId = state.study.best_trial && state.study.best_trial.id;
+    if (curves.length > MAX_CURVES) {
+      curves = curves.slice(-MAX_CURVES).concat(curves.filter((c, i) => c.trial_id === bestId && i < total - MAX_CURVES));
+    }
+    const order = { pruned: 0, failed: 1, complete: 2, running: 3 };
+    curves.sort((a, b) => (a.trial_id === bestId) - (b.trial_id === bestId) || order[a.state] - order[b.state] || a.number - b.number);
+    const steps = Array.from(new Set(curves.flatMap((c) => c.steps))).sort((a, b) => a - b);
+    const at = new Map(steps.map((s, i) => [s, i]));
+    const data = [steps];
+    for (const c of curves) {
+      const ys = new Array(steps.length).fill(null);
+      c.steps.forEach((s, i) => { ys[at.get(s)] = c.values[i]; });
+      data.push(ys);
+    }
+    const series = curves.map((c) => line(c.trial_id === bestId ? "#111" : STATE_COLORS[c.state] || "#999", {
+      label: `trial ${c.number} (${c.state})`, width: c.trial_id === bestId ? 2.5 : 1.25,
+    }));
+    const caption = $('[data-plot="curves"] figcaption .muted');
+    caption.title = total > MAX_CURVES ? `the last ${MAX_CURVES} of ${total} curves` : "";
+    const y = logScale("curves", curves.flatMap((c) => c.values));
+    const sig = `curves:${y.sig}:${curves.map((c) => `${c.trial_id}/${c.state}`).join()}:${bestId}`;
+    chart("curves", sig, curves.length, () => ({
+      scales: { x: { time: false }, y: y.scale },
+      axes: axes("step (resource)", "reported value", y.sig !== "linear"),
+      legend: { show: false },
+      cursor: { points: { show: false } },
+      series: [{ label: "step" }, ...series],
+    }), data);
+  }
+
+  // parallel coordinates: one vertical axis per parameter and one for the value; lines by value rank
+  function drawParams() {
+    const fig = figure("params");
+    const s = state.study;
+    const done = state.trials.filter((t) => t.state === "complete" && t.value != null);
+    const wrap = $(".chart", fig);
+    if (!done.length) {
+      fig.dataset.points = 0;
+      fig.classList.add("empty");
+      wrap.replaceChildren(h("p", { class: "nodata" }, "no completed trial yet"), h("canvas", { hidden: true }));
+      return;
+    }
+    let canvas = $("canvas", wrap);
+    if (!canvas || canvas.hidden) {
+      canvas = h("canvas");
+      wrap.replaceChildren(canvas);
+    }
+    fig.classList.remove("empty");
+    fig.dataset.points = done.length;
+    const sign = s.direction === "maximize" ? -1 : 1;
+    const values = done.map((t) => t.value);
+    const vmin = minOf(values), vmax = maxOf(values);
+    const dims = Object.entries(s.space).map(([name, p]) => {
+      if (p.type === "categorical" || p.type === "ordinal") {
+        const n = p.choices.length;
+        const pos = (v) => (n > 1 ? p.choices.findIndex((c) => c === v) / (n - 1) : 0.5);
+        return { key: name, label: name, pos, ticks: p.choices.map((c, i) => [n > 1 ? i / (n - 1) : 0.5, String(c)]) };
+      }
+      const log = p.log && p.low > 0;
+      const f = log ? Math.log : (x) => x;
+      const lo = f(p.low), hi = f(p.high);
+      const pos = (v) => (hi > lo ? (f(v) - lo) / (hi - lo) : 0.5);
+      const mid = log ? Math.sqrt(p.low * p.high) : (p.low + p.high) / 2;
+      return { key: name, label: log ? `${name} (log)` : name, pos, ticks: [[0, fmt(p.low)], [0.5, fmt(mid)], [1, fmt(p.high)]] };
+    });
+    dims.push({
+      key: null, label: s.direction === "maximize" ? "value (max)" : "value (min)",
+      pos: (v) => (vmax > vmin ? (v - vmin) / (vmax - vmin) : 0.5),
+      ticks: [[0, fmt(vmin)], [0.5, fmt((vmin + vmax) / 2)], [1, fmt(vmax)]],
+    });
+    // rank 1 = best; draw the worst first so the best lie on top
+    const ranked = done.slice().sort((a, b) => sign * (b.value - a.value));
+    const { width } = chartSize(wrap);
+    const height = 280;
+    const dpr = window.devicePixelRatio || 1;
+    canvas.width = width * dpr;
+    canvas.height = height * dpr;
+    canvas.style.width = `${width}px`;
+    canvas.style.height = `${height}px`;
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    const pad = { left: 60, right: 70, top: 34, bottom: 22 };
+    const plotH = height - pad.top - pad.bottom;
+    const xOf = (i) => pad.left + (dims.length > 1 ? (i * (width - pad.left - pad.right)) / (dims.length - 1) : 0);
+    const yOf = (p) => pad.top + (1 - p) * plotH;
+    ctx.lineJoin = "round";
+    ranked.forEach((t, r) => {
+      const best = r === ranked.length - 1;
+      ctx.strokeStyle = viridis(ranked.length > 1 ? r / (ranked.length - 1) : 1);
+      ctx.globalAlpha = best ? 1 : 0.7;
+      ctx.lineWidth = best ? 3 : 1.25;
+      ctx.beginPath();
+      dims.forEach((d, i) => {
+        const p = d.pos(d.key == null ? t.value : t.params[d.key]);
+        const y = yOf(Math.min(1, Math.max(0, p)));
+        if (i === 0) ctx.moveTo(xOf(i), y);
+        else ctx.lineTo(xOf(i), y);
+      });
+      ctx.stroke();
+    });
+    ctx.globalAlpha = 1;
+    ctx.font = "12px system-ui, sans-serif";
+    dims.forEach((d, i) => {
+      const x = xOf(i);
+      ctx.strokeStyle = "#333";
+      ctx.lineWidth = 1;
+      ctx.beginPath();
+      ctx.moveTo(x, pad.top);
+      ctx.lineTo(x, pad.top + plotH);
+      ctx.stroke();
+      ctx.fillStyle = "#222";
+      ctx.textAlign = "center";
+      ctx.font = "600 12px system-ui, sans-serif";
+      ctx.fillText(d.label, x, pad.top - 14);
+      ctx.font = "11px system-ui, sans-serif";
+      ctx.textAlign = i === dims.length - 1 ? "left" : "right";
+      const last = i === dims.length - 1;
+      for (const [p, label] of d.ticks) {
+        const y = yOf(p);
+        const w = ctx.measureText(label).width;
+        ctx.fillStyle = "rgba(255, 255, 255, 0.85)"; // keeps the label readable over the lines
+        ctx.fillRect(last ? x + 4 : x - 8 - w, y - 8, w + 4, 15);
+        ctx.fillStyle = "#333";
+        ctx.fillRect(x - 3, y - 0.5, 6, 1);
+        ctx.fillStyle = "#444";
+        ctx.fillText(label, last ? x + 6 : x - 6, y + 4);
+      }
+    });
+  }
+
+  // ------------------------------------------------------------------ resize
+  let resizeTimer = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => {
+      for (const [name, c] of Object.entries(charts)) c.u.setSize(chartSize($(".chart", figure(name))));
+      if (state.study) drawParams();
+    }, 150);
+  });
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden && !state.needToken) pollNow();
+  });
+
+  // -------------------------------------------------------------------- start
+  $("#poll-seconds").textContent = fmt(POLL_MS / 1000, 3);
+  $("#token-button").hidden = !state.token;
+  selectFromHash();
+  pollNow();
+})();

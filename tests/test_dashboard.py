@@ -1,0 +1,270 @@
+"""GET /dashboard: the page and its assets, and a headless-Chromium run against a live server.
+
+The browser tests drive Debian's ``chromium`` (``CALIBO_CHROMIUM``, default /usr/bin/chromium) with
+playwright-python through ``executable_path`` (no ``playwright install``); they skip where either is
+missing (.ci/run installs both). The page polls every 0.3 s here (``?poll=0.3``). The run without auth
+writes benchmarks/results/dashboard.png, the screenshot the README shows.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import math
+import os
+import re
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import LiveServer
+
+ROOT = Path(__file__).resolve().parent.parent
+STATIC = ROOT / "service" / "dashboard" / "static"
+SCREENSHOT = ROOT / "benchmarks" / "results" / "dashboard.png"
+CHROMIUM = os.environ.get("CALIBO_CHROMIUM", "/usr/bin/chromium")
+PLOTS = ["best", "calibration", "coverage", "rolling", "alpha", "params", "curves"]
+SPACE = {
+    "x1": {"type": "float", "low": -5, "high": 10},
+    "x2": {"type": "float", "low": 0, "high": 15},
+    "kernel": {"type": "categorical", "choices": ["rbf", "matern", "linear"]},
+}
+OFFSET = {"rbf": 0.0, "matern": 2.0, "linear": 5.0}
+WRITE, READ = "w-token", "r-token"
+
+# every plot rendered with data: points counted, and a canvas drawn
+ALL_DRAWN = """() => [...document.querySelectorAll('[data-plot]')].every(
+    f => Number(f.dataset.points) > 0 && f.querySelector('canvas:not([hidden])'))"""
+
+
+def objective(p: dict) -> float:
+    """Branin, shifted by the kernel's offset."""
+    x1, x2 = p["x1"], p["x2"]
+    b, c, t = 5.1 / (4 * math.pi**2), 5 / math.pi, 1 / (8 * math.pi)
+    return (x2 - b * x1**2 + c * x1 - 6) ** 2 + 10 * (1 - t) * math.cos(x1) + 10 + OFFSET[p["kernel"]]
+
+
+def ask(c: httpx.Client, sid: int) -> dict:
+    r = c.post(f"/v1/studies/{sid}/ask", json={})
+    assert r.status_code == 200, r.text
+    return r.json()["trials"][0]
+
+
+def tell(c: httpx.Client, sid: int, tid: int, **body) -> None:
+    r = c.post(f"/v1/studies/{sid}/trials/{tid}/tell", json=body)
+    assert r.status_code == 200, r.text
+
+
+def report(c: httpx.Client, sid: int, tid: int, step: int, value: float) -> None:
+    r = c.post(f"/v1/studies/{sid}/trials/{tid}/report", json={"step": step, "value": value})
+    assert r.status_code == 200, r.text
+
+
+def make_study(c: httpx.Client, name: str, n: int) -> tuple[int, dict]:
+    """A study of ``n`` trials: every third reports a learning curve (two of those are pruned after 2
+    steps), one failed, and the last one still running (with two reports). Returns (id, running trial)."""
+    r = c.post("/v1/studies", json={"name": name, "space": SPACE, "settings": {"n_warmup": 5, "conformalize_from": 10}})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    for i in range(n - 1):
+        t = ask(c, sid)
+        v = objective(t["params"])
+        if i == 7:
+            tell(c, sid, t["id"], state="failed")
+            continue
+        if i % 3 == 0:
+            steps = 2 if i in (9, 15) else 6
+            for step in range(1, steps + 1):
+                report(c, sid, t["id"], step, v * (1 + 3.0 / step))
+            if steps == 2:
+                tell(c, sid, t["id"], state="pruned", value=v * 2.5)
+                continue
+        tell(c, sid, t["id"], value=v)
+    running = ask(c, sid)
+    for step in (1, 2):
+        report(c, sid, running["id"], step, objective(running["params"]) * (1 + 3.0 / step))
+    return sid, running
+
+
+# ------------------------------------------------------------------ servers
+@pytest.fixture(scope="module")
+def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    srv = LiveServer(f"sqlite:///{tmp_path_factory.mktemp('dash') / 'calibo.db'}", workers=0).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    srv = LiveServer(f"sqlite:///{tmp_path_factory.mktemp('dash-auth') / 'calibo.db'}", workers=0,
+                     api_tokens=f"{WRITE},{READ}:read").start()
+    yield srv
+    srv.stop()
+
+
+# -------------------------------------------------------------- no browser
+def test_page_and_assets_are_public_and_out_of_the_schema(auth_server: LiveServer) -> None:
+    with auth_server.client() as c:
+        assert c.get("/v1/studies").status_code == 401  # the data needs a token...
+        page = c.get("/dashboard")  # ...the page and its assets do not
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assets = re.findall(r'(?:src|href)="(dashboard/static/[^"]+)"', page.text)
+        assert {"dashboard/static/app.js", "dashboard/static/style.css",
+                "dashboard/static/vendor/uPlot.iife.min.js"} <= set(assets)
+        for a in assets:
+            r = c.get(f"/{a}")
+            assert r.status_code == 200 and r.content, a
+        assert "cdn" not in page.text.lower() and "https://" not in page.text
+        slash = c.get("/dashboard/?poll=1")
+        assert slash.status_code == 307 and slash.headers["location"] == "../dashboard?poll=1"
+        schema = c.get("/openapi.json", headers={"Authorization": f"Bearer {READ}"})
+        if schema.status_code == 200:
+            assert not [p for p in schema.json()["paths"] if p.startswith("/dashboard")]
+
+
+def test_vendored_chart_library_matches_its_record() -> None:
+    record = (STATIC / "vendor" / "VENDORED.md").read_text()
+    sums = dict(re.findall(r"\| `([\w.]+)` \| `[^`]+` \| `([0-9a-f]{64})` \|", record))
+    assert set(sums) == {"uPlot.iife.min.js", "uPlot.min.css", "LICENSE"}
+    for name, digest in sums.items():
+        assert hashlib.sha256((STATIC / "vendor" / name).read_bytes()).hexdigest() == digest, name
+    assert "MIT" in (STATIC / "vendor" / "LICENSE").read_text()
+
+
+def test_static_files_are_package_data() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["service.dashboard"]
+    files = [p.relative_to(STATIC.parent).as_posix() for p in STATIC.rglob("*") if p.is_file()]
+    assert files
+    for f in files:
+        assert any(fnmatch.fnmatch(f, p) for p in patterns), f"{f} is not in the package data"
+
+
+# ------------------------------------------------------------------ browser
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="playwright-python is not installed (pip install playwright)")
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium; or set CALIBO_CHROMIUM)")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                              args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser) -> Iterator:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    pg = context.new_page()
+    pg.set_default_timeout(20_000)
+    # uncaught exceptions and the page's console errors; not the browser's own line for each 401 or 503
+    # answer (the auth flow and the busy check provoke them, and the page handles them)
+    pg.errors = []
+    pg.on("pageerror", lambda e: pg.errors.append(f"pageerror: {e}"))
+    pg.on("console", lambda m: m.type == "error" and not m.text.startswith("Failed to load resource")
+          and pg.errors.append(m.text))
+    yield pg
+    context.close()
+
+
+def points(pg) -> dict[str, int]:
+    return pg.eval_on_selector_all("[data-plot]", "els => Object.fromEntries(els.map("
+                                   "e => [e.dataset.plot, Number(e.dataset.points)]))")
+
+
+def select_study(pg, sid: int) -> None:
+    pg.click(f'#study-table tr[data-study-id="{sid}"] td:nth-child(3)')
+    pg.wait_for_function(ALL_DRAWN)
+
+
+def test_dashboard_renders_every_plot_and_follows_new_trials(open_server: LiveServer, page) -> None:
+    with open_server.client() as c:
+        sid, running = make_study(c, "dashboard-branin", 30)
+        study = c.get(f"/v1/studies/{sid}").json()
+        calibration = c.get(f"/v1/studies/{sid}/calibration").json()
+        curves = c.get(f"/v1/studies/{sid}/curves").json()
+        assert study["trials"] == {"running": 1, "complete": 26, "failed": 1, "pruned": 2, "total": 30}
+
+        page.goto(f"{open_server.url}/dashboard?poll=0.3")
+        page.wait_for_selector(f'#study-table tr[data-study-id="{sid}"]')
+        assert page.text_content(f'#study-table tr[data-study-id="{sid}"] td.total') == "30"
+        select_study(page, sid)
+        assert page.url.endswith(f"#study={sid}")
+        assert page.get_attribute('[data-fact="trials"]', "data-total") == "30"
+        assert points(page) == {
+            "best": 26, "params": 26, "curves": curves["total"],
+            **{k: calibration["n"] for k in ("calibration", "coverage", "rolling", "alpha")},
+        }
+        assert calibration["n"] >= 20 and curves["total"] == 11  # the running trial's curve too
+
+        # tells during the test show at the next poll: the running trial completes, one more is asked
+        tell(c, sid, running["id"], value=objective(running["params"]))
+        extra = ask(c, sid)
+        tell(c, sid, extra["id"], value=objective(extra["params"]))
+        page.wait_for_function("""() => document.querySelector('[data-fact="trials"]').dataset.total === "31"
+            && document.querySelector('[data-plot="best"]').dataset.points === "28" """)
+        page.wait_for_function(f"""() => document.querySelector(
+            '#study-table tr[data-study-id="{sid}"] td.total').textContent === "31" """)
+        assert points(page)["params"] == 28
+        n = c.get(f"/v1/studies/{sid}/calibration").json()["n"]
+        page.wait_for_function(f"""() => document.querySelector('[data-plot="alpha"]').dataset.points === "{n}" """)
+
+        page.wait_for_timeout(300)  # let the last poll's redraw land
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+    # a busy server (503) shows, and the page goes on polling
+    busy = re.compile(r"/v1/studies\?")
+    page.route(busy, lambda route: route.fulfill(
+        status=503, content_type="application/json", headers={"Retry-After": "1"},
+        body='{"error": {"code": "unavailable", "message": "the database does not answer"}}'))
+    page.wait_for_selector('#status[data-state="busy"]')
+    assert "busy" in page.text_content("#banner") and page.is_visible("#banner")
+    page.unroute(busy)
+    page.wait_for_selector('#status[data-state="ok"]')
+    assert page.is_hidden("#banner")
+
+    # the study deleted: said, and deselected
+    with open_server.client() as c:
+        assert c.delete(f"/v1/studies/{sid}").status_code == 204
+    page.wait_for_selector("#study", state="hidden")
+    assert "does not exist" in page.text_content("#banner")
+    page.wait_for_selector(f'#study-table tr[data-study-id="{sid}"]', state="detached")
+    assert not page.errors, page.errors
+
+
+def test_dashboard_with_a_read_token(auth_server: LiveServer, page) -> None:
+    with auth_server.client(headers={"Authorization": f"Bearer {WRITE}"}) as c:
+        sid, _ = make_study(c, "dashboard-auth", 12)
+
+    page.goto(f"{auth_server.url}/dashboard?poll=0.3")
+    page.wait_for_selector("#token-form", state="visible")  # the API answered 401: the page asks
+    assert page.get_attribute("#status", "data-state") == "token"
+
+    page.fill("#token-input", "not-a-token")
+    page.click("#token-form button[type=submit]")
+    page.wait_for_function("() => document.querySelector('#token-why').textContent.includes('rejected')")
+    page.wait_for_selector("#token-form", state="visible")
+
+    page.fill("#token-input", READ)
+    page.click("#token-form button[type=submit]")
+    page.wait_for_selector(f'#study-table tr[data-study-id="{sid}"]')
+    assert page.is_hidden("#token-form")
+    select_study(page, sid)
+    assert page.get_attribute('[data-fact="trials"]', "data-total") == "12"
+
+    # kept in the browser: a reload needs no token
+    assert page.evaluate("() => localStorage.getItem('calibo.token')") == READ
+    page.reload()
+    page.wait_for_function(ALL_DRAWN)
+    assert page.is_hidden("#token-form")
+
+    # forgotten: asked again
+    page.click("#token-button")
+    page.wait_for_selector("#token-form", state="visible")
+    assert page.evaluate("() => localStorage.getItem('calibo.token')") is None
+    assert not page.errors, page.errors
