@@ -123,7 +123,7 @@ def worker(args: argparse.Namespace) -> int:
               retries=settings.fit_retries, heartbeat=settings.worker_heartbeat_seconds,
               stalled=settings.worker_stalled_seconds, device=settings.device,
               alive_file=settings.worker_alive_file, connect_timeout=settings.db_timeout_seconds,
-              migrate=settings.migrate).run()
+              migrate=settings.migrate, metrics_port=settings.worker_metrics_port).run()
     return 0
 
 

@@ -43,6 +43,8 @@ class Settings(BaseSettings):
         "/tmp/calibo-worker.alive", description="file a `calibo worker` touches every heartbeat; "
         "`calibo worker --check` (the container healthcheck) reads it",
     )
+    worker_metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="a `calibo worker` serves its fit metrics to Prometheus on this port")
     ask_wait_seconds: float = Field(
         5.0, ge=0, le=600,
         description="default bound on how long an ask waits for a fit covering the latest tells "

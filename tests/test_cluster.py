@@ -56,6 +56,7 @@ class Cluster:
     tmp: Path
     apis: list[str] = field(default_factory=list)
     procs: dict[str, Proc] = field(default_factory=dict)
+    metrics_port: int = 0
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CALIBO_")}
@@ -71,9 +72,9 @@ class Cluster:
         p = self.procs[name] = Proc(name, proc, log)
         return p
 
-    def worker(self, name: str) -> Proc:
+    def worker(self, name: str, **extra: str) -> Proc:
         alive = self.tmp / f"{name}.alive"
-        p = self.start(name, ["worker"], CALIBO_WORKER_ALIVE_FILE=str(alive))
+        p = self.start(name, ["worker"], CALIBO_WORKER_ALIVE_FILE=str(alive), **extra)
         deadline = time.monotonic() + 120
         while not alive.exists():  # touched once it is connected and its watch runs
             assert p.proc.poll() is None, f"{name} exited:\n{p.text()}"
@@ -126,7 +127,8 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         c.worker("worker-a")  # before the API, on an empty database: it migrates it
         c.api("api-1")
         c.api("api-2")
-        c.worker("worker-b")  # after the APIs
+        c.metrics_port = free_port()
+        c.worker("worker-b", CALIBO_WORKER_METRICS_PORT=str(c.metrics_port))  # after the APIs
         yield c
     finally:
         for p in c.procs.values():
@@ -202,6 +204,11 @@ def test_workers_started_before_and_after_the_api_both_fit(cluster: Cluster) -> 
         cluster.wait_fitted(sid)
     for name in ("worker-a", "worker-b"):
         assert "fitted on" in cluster.procs[name].text(), f"{name} never fitted:\n{cluster.procs[name].text()}"
+    # worker B serves its fit durations to Prometheus; the APIs count the queue's depth
+    text = httpx.get(f"http://127.0.0.1:{cluster.metrics_port}/metrics").text
+    fits = [line for line in text.splitlines() if line.startswith("calibo_fit_duration_seconds_count")]
+    assert fits and float(fits[0].split()[-1]) >= 1
+    assert "calibo_fit_queue_depth" in httpx.get(f"{cluster.apis[0]}/metrics").text
 
 
 def test_a_sequential_user_gets_fresh_fits_across_replicas(cluster: Cluster) -> None:

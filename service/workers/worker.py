@@ -14,7 +14,9 @@ Besides its jobs, every worker keeps the queue healthy:
   heartbeat for ``stalled`` seconds (killed, frozen, cut off) and sets them
   back to waiting, so a surviving worker fits the study again;
 - it touches ``alive_file`` on each pass, which the container's healthcheck
-  (``calibo worker --check``) reads.
+  (``calibo worker --check``) reads;
+- with ``metrics_port``, it serves its fit durations and failures to Prometheus
+  (``calibo_fit_duration_seconds``, ``calibo_fit_failures_total``).
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from typing import Any
 
 from procrastinate import App, PsycopgConnector
 from procrastinate.exceptions import AlreadyEnqueued
+from prometheus_client import start_http_server
 
 from ..errors import Unavailable
 from ..logs import Throttled, one_line
+from ..metrics import Metrics
 from ..storage import Storage
 from .jobs import fit_study, set_device
 from .queue import FIT_TASK, QUEUE, conninfo, deferrer, job_kwargs
@@ -45,7 +49,8 @@ class FitWorker:
 
     def __init__(self, database_url: str, *, concurrency: int = 1, retries: int = 3, backoff: float = 0.5,
                  heartbeat: float = 10.0, stalled: float = 30.0, device: str | None = None,
-                 alive_file: str | None = None, connect_timeout: float = 5.0, migrate: bool = True) -> None:
+                 alive_file: str | None = None, connect_timeout: float = 5.0, migrate: bool = True,
+                 metrics_port: int | None = None) -> None:
         if stalled <= heartbeat:
             raise ValueError("a worker is stalled after more than one heartbeat interval: stalled > heartbeat")
         self.database_url = database_url
@@ -64,12 +69,17 @@ class FitWorker:
         self.app.task(name=FIT_TASK, queue=QUEUE, pass_context=False)(self._fit)
         self.fits_done = 0
         self.recovered = 0
+        self.metrics_port = metrics_port
+        self.metrics = Metrics()  # fit durations and failures, served on metrics_port (Prometheus)
 
     # ----------------------------------------------------------------- run
     def run(self) -> None:
         asyncio.run(self.run_async())
 
     async def run_async(self) -> None:
+        if self.metrics_port:
+            start_http_server(self.metrics_port, registry=self.metrics.registry)
+            log.info("calibo worker %d: Prometheus metrics on :%d/metrics", os.getpid(), self.metrics_port)
         self.storage = await asyncio.to_thread(self._connect)
         async with self.app.open_async():
             watch = asyncio.create_task(self._watch(), name="calibo-stalled-watch")
@@ -116,12 +126,14 @@ class FitWorker:
             delay = self.backoff * 2 ** attempt
             log.error("fit of study %s failed (%s)%s", study_id, message,
                       f"; retry in {delay:.1f} s" if retry else "; giving up until the next tell", exc_info=e)
+            self.metrics.fit_failures.inc()
             with contextlib.suppress(Unavailable):
                 await asyncio.to_thread(self.storage.record_fit_error, study_id, message)
             if retry:
                 await self._again(study_id, attempt + 1, delay)
             return {"study_id": study_id, "status": "failed"}
         self.fits_done += result.get("status") == "fitted"
+        self.metrics.observe_fit(result)
         if result.get("device_fallback"):
             log.warning("study %s: %s", study_id, result["device_fallback"])
         if result.get("status") == "fitted":
