@@ -49,8 +49,9 @@ Choices the paper leaves open, for the asynchronous setting of a service:
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -150,6 +151,7 @@ def n_brackets(cfg: PrunerConfig) -> int:
     return max(1, int(math.floor(math.log(ratio, cfg.reduction_factor) + 1e-9)) + 1)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # asked for every competitor at every judged report
 def bracket_of(cfg: PrunerConfig, number: int, seed: int) -> int:
     """The hyperband bracket (its early-stopping rate) of trial ``number``: drawn with weights
     ``n_s = ceil((s_max + 1) / (s + 1) * eta ** s)`` (Li et al. 2017), reproducibly."""
@@ -239,37 +241,52 @@ def _loss(values: Mapping[int, float], sign: float) -> dict[int, float]:
     return {s: sign * v for s, v in values.items()}
 
 
+def judged_rung(cfg: PrunerConfig, trial: int, step: int, earlier: Iterable[int], seed: int = 0) -> int | None:
+    """The rung at which a report of ``trial`` at ``step`` is judged (the sh / hb family: the highest
+    rung crossed since its previous report, ``earlier`` its reported steps), or None."""
+    rate = bracket_of(cfg, trial, seed) if cfg.name.startswith("hb") else cfg.min_early_stopping_rate
+    prev = max((s for s in earlier if s < step), default=-1)
+    crossed = [r for r in rungs(cfg, rate) if prev < r <= step]
+    return crossed[-1] if crossed else None
+
+
+def may_prune(cfg: PrunerConfig, trial: int, step: int, earlier: Iterable[int], seed: int = 0) -> bool:
+    """Whether a report of ``trial`` at ``step`` can be pruned at all (``earlier``: its reported
+    steps). Where not, ``decide`` answers False without looking at the other curves: a caller that
+    reads them from storage asks this first."""
+    if cfg.name == "none" or step >= cfg.max_resource:
+        return False
+    if cfg.name == "median":
+        return step >= cfg.n_warmup_steps
+    return judged_rung(cfg, trial, step, earlier, seed) is not None
+
+
 def decide(cfg: PrunerConfig, direction: str, trial: int, step: int, curves: Sequence[Curve],
            seed: int = 0) -> Decision:
     """Should trial ``trial``, which has just reported ``step`` (its curve in ``curves`` includes
     it), stop? ``curves``: every trial of the study with reports (failed ones are ignored)."""
-    if cfg.name == "none" or step >= cfg.max_resource:
-        return Decision(False)
     sign = -1.0 if direction == "maximize" else 1.0
     by = {c.number: c for c in curves if c.state != "failed"}
     me = by.get(trial)
     if me is None or step not in me.values:
         raise ValueError(f"trial {trial} has no report at step {step}")
+    if not may_prune(cfg, trial, step, me.values, seed):
+        return Decision(False)
     if cfg.name == "median":
         return _median(cfg, sign, me, step, by.values())
-    plus = cfg.name.endswith("+")
+    rung = judged_rung(cfg, trial, step, me.values, seed)
+    assert rung is not None  # may_prune said so
     rate = cfg.min_early_stopping_rate
     pool = list(by.values())
     if cfg.name.startswith("hb"):
         rate = bracket_of(cfg, trial, seed)
         pool = [c for c in pool if bracket_of(cfg, c.number, seed) == rate]
-    earlier = [s for s in me.values if s < step]
-    prev = max(earlier) if earlier else -1
-    crossed = [r for r in rungs(cfg, rate) if prev < r <= step]
-    if not crossed:
-        return Decision(False)
-    rung = crossed[-1]  # several rungs at once (steps skipped): judged at the highest
     values = {c.number: c.at_or_after(rung) for c in pool}
     numbers = [n for n, v in values.items() if v is not None]
     mu = np.array([sign * values[n] for n in numbers])
     n = len(numbers)
     keep = max(1, n // cfg.reduction_factor)
-    if plus and n > 1:
+    if cfg.name.endswith("+") and n > 1:
         uq = _uq_keep_at(cfg, sign, rung, [by[k] for k in numbers], mu, rate)
         keep = n if uq is None else uq
     rank = int(np.sum(mu < sign * values[trial])) + sum(

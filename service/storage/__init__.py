@@ -2,7 +2,7 @@
 
 from .db import make_engine, upgrade, write_engine
 from .models import FINISHED_STATES, TRIAL_STATES, SnapshotRow, StudyRow, TrialRow
-from .repo import EXPIRED, FitInputs, Storage, StudyInfo, StudyTx, as_utc, expired, now
+from .repo import EXPIRED, FitInputs, Storage, StudyInfo, StudyTx, as_utc, expired, not_alive, now
 
 __all__ = [
     "EXPIRED",
@@ -17,6 +17,7 @@ __all__ = [
     "TrialRow",
     "as_utc",
     "expired",
+    "not_alive",
     "make_engine",
     "now",
     "upgrade",

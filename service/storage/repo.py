@@ -54,6 +54,14 @@ def _reachable() -> Iterator[None]:
         raise Unavailable("the database is unreachable; retry after the Retry-After delay") from e
 
 
+def not_alive(trial: TrialRow, timeout: float) -> Conflict:
+    """The answer to a sign of life of a trial that is no longer running (``StudyTx.keep_alive``)."""
+    if expired(trial):
+        return Conflict(f"trial {trial.id} expired: no heartbeat for over {timeout:g} s; its result "
+                        "can still be told", field="trial_id", code="trial_expired")
+    return Conflict(f"trial {trial.id} is already {trial.state}", field="trial_id", code="trial_finished")
+
+
 def now() -> datetime:
     return datetime.now(UTC)
 
@@ -173,6 +181,10 @@ class StudyTx:
         return self.session.scalar(select(IntermediateRow).where(IntermediateRow.trial_id == trial_id,
                                                                  IntermediateRow.step == step))
 
+    def steps(self, trial_id: int) -> list[int]:
+        """The steps ``trial_id`` has reported."""
+        return list(self.session.scalars(select(IntermediateRow.step).where(IntermediateRow.trial_id == trial_id)))
+
     def curves(self) -> list[tuple[int, str, int, float]]:
         """Every report of the study: ``(trial number, trial state, step, value)``."""
         q = (select(TrialRow.number, TrialRow.state, IntermediateRow.step, IntermediateRow.value)
@@ -182,11 +194,9 @@ class StudyTx:
 
     # ---------------------------------------------------------------- writes
     def add_report(self, trial: TrialRow, step: int, value: float, should_prune: bool) -> None:
-        """Store a running trial's learning-curve point (a sign of life too)."""
-        t0 = now()
+        """Store a running trial's learning-curve point."""
         self.session.add(IntermediateRow(study_id=self.study.id, trial_id=trial.id, step=step, value=value,
-                                         should_prune=should_prune, reported_at=t0))
-        trial.heartbeat_at = t0
+                                         should_prune=should_prune, reported_at=now()))
 
     def add_trials(self, trials: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Record new running trials, numbered densely from the study's counter; their ids and numbers.
@@ -227,6 +237,18 @@ class StudyTx:
     def set_adaptive(self, states: list[dict[str, Any]]) -> None:
         """The study's ACI/DtACI states after the tells of this transaction."""
         self.study.adaptive = states
+
+    def keep_alive(self, trial: TrialRow, cutoff: datetime) -> bool:
+        """A sign of life of ``trial`` (heartbeat, report): whether it is running and was heard from
+        since ``cutoff``, in which case its heartbeat is now; a running trial silent since before
+        ``cutoff`` has expired and is failed (see ``not_alive`` for the answer to give)."""
+        if trial.state != "running":
+            return False
+        if as_utc(trial.heartbeat_at or trial.asked_at) < cutoff:
+            self.expire(trial)
+            return False
+        trial.heartbeat_at = now()
+        return True
 
     def expire(self, trial: TrialRow) -> None:
         """Fail a running trial whose worker fell silent (see ``expired``)."""
@@ -440,15 +462,9 @@ class Storage:
                 return
         with self.locked(study_id) as tx:
             t = tx.trial(trial_id)
-            if t.state == "running":
-                if as_utc(t.heartbeat_at or t.asked_at) >= cutoff:  # a heartbeat raced this one
-                    t.heartbeat_at = t0
-                    return
-                tx.expire(t)
-        if expired(t):
-            raise Conflict(f"trial {trial_id} expired: no heartbeat for over {timeout:g} s; its result "
-                           "can still be told", field="trial_id", code="trial_expired")
-        raise Conflict(f"trial {trial_id} is already {t.state}", field="trial_id", code="trial_finished")
+            if tx.keep_alive(t, cutoff):  # a heartbeat raced this one
+                return
+        raise not_alive(t, timeout)
 
     def oldest_heartbeats(self) -> dict[int, datetime]:
         """For every study with running trials, the oldest last sign of life among them."""
@@ -561,4 +577,4 @@ class Storage:
 
 
 __all__ = ["EXPIRED", "FINISHED_STATES", "TRIAL_STATES", "FitInputs", "RunningTrial", "Storage", "StudyInfo", "StudyTx",
-           "as_utc", "expired", "now"]
+           "as_utc", "expired", "not_alive", "now"]

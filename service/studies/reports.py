@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-from ..engine.pruning import Curve, decide
+from ..engine.pruning import Curve, decide, may_prune
 from ..errors import Conflict, InvalidRequest
-from ..storage import Storage, StudyTx, as_utc, expired, now
+from ..storage import Storage, StudyTx, not_alive, now
 from ..storage.models import TrialRow
 from .definitions import StudyDef
 
@@ -31,24 +31,18 @@ def report(storage: Storage, sd: StudyDef, trial_id: int, step: int, value: floa
                 raise Conflict(f"trial {trial.number} reported {stored.value!r} at step {step} already",
                                field="value", code="step_reported")
             return stored.should_prune
-        if trial.state != "running" or expired(trial):
-            code = "trial_expired" if expired(trial) else "trial_finished"
-            raise Conflict(f"trial {trial.number} is {trial.state}: it takes no more reports", field="trial_id",
-                           code=code)
-        late = as_utc(trial.heartbeat_at or trial.asked_at) < now() - timedelta(seconds=heartbeat_timeout)
-        if late:
-            tx.expire(trial)  # silent for too long: as a late heartbeat, it has expired (committed below)
-        else:
+        if tx.keep_alive(trial, now() - timedelta(seconds=heartbeat_timeout)):  # a report is a heartbeat
             return _decide(tx, sd, trial, step, value)
-    raise Conflict(f"trial {trial.number} expired: no sign of life for over {heartbeat_timeout:g} s; "
-                   "its result can still be told", field="trial_id", code="trial_expired")
+    raise not_alive(trial, heartbeat_timeout)  # after the commit: a late report expires the trial
 
 
 def _decide(tx: StudyTx, sd: StudyDef, trial: TrialRow, step: int, value: float) -> bool:
-    curves: dict[int, Curve] = {}
-    for number, state, s, v in tx.curves():
-        curves.setdefault(number, Curve(number, state)).values[s] = v
-    curves.setdefault(trial.number, Curve(trial.number, trial.state)).values[step] = value
-    decision = decide(sd.pruner, sd.direction, trial.number, step, list(curves.values()), sd.seed)
-    tx.add_report(trial, step, value, decision.should_prune)
-    return decision.should_prune
+    prune = False
+    if may_prune(sd.pruner, trial.number, step, tx.steps(trial.id), sd.seed):  # else no curve is read
+        curves: dict[int, Curve] = {}
+        for number, state, s, v in tx.curves():
+            curves.setdefault(number, Curve(number, state)).values[s] = v
+        curves.setdefault(trial.number, Curve(trial.number, trial.state)).values[step] = value
+        prune = decide(sd.pruner, sd.direction, trial.number, step, list(curves.values()), sd.seed).should_prune
+    tx.add_report(trial, step, value, prune)
+    return prune
