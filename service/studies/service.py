@@ -227,8 +227,7 @@ class StudyService:
         suggestions = select(
             snap, states, sd.space, sd.config, count=sum(c for c, _, _ in items), direction=sd.direction,
             seed=sd.seed, asked=st.next_number, pending=[t.params for t in running],
-            # what the model saw: more than the completed trials when pruned values feed it
-            n_observed=max(st.n_complete, st.snapshot_n_obs), exclude_keys=self._finished_keys(tx),
+            exclude_keys=self._finished_keys(tx),  # warm-up: select reads the snapshot's n_obs
         )
         specs, owners = [], []
         for s in suggestions:
