@@ -60,14 +60,15 @@ class Readiness:
             return self._ok
 
 
-def _fits(settings: Settings, storage: Storage) -> FitPool | QueueFits:
-    """Where this replica's refits go: its own process pool, or the cluster's queue."""
+def _fits(settings: Settings, storage: Storage, metrics: Metrics) -> FitPool | QueueFits:
+    """Where this replica's refits go: its own process pool (its fits observed in ``metrics``), or
+    the cluster's queue (the workers have their own metrics)."""
     if settings.worker_mode == "queue":
         from .workers.queue import QueueFits  # procrastinate: only imported where it is used
 
         return QueueFits(storage, settings.database_url, connect_timeout=settings.db_timeout_seconds)
     return FitPool(storage, settings.database_url, workers=settings.workers, retries=settings.fit_retries,
-                   device=settings.device)
+                   device=settings.device, observer=metrics)
 
 
 async def _housekeeping(svc: StudyService, fits: FitPool | QueueFits, interval: float) -> None:
@@ -94,11 +95,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
         storage = await anyio.to_thread.run_sync(lambda: Storage(
             settings.database_url, migrate=settings.migrate, connect_timeout=settings.db_timeout_seconds))
-        fits = await anyio.to_thread.run_sync(_fits, settings, storage)
+        fits = await anyio.to_thread.run_sync(_fits, settings, storage, metrics)
         app.state.storage = storage
         app.state.fits = fits
         metrics.watch(storage, fits.depth)
-        fits.observer = metrics
         app.state.studies = StudyService(settings, storage, fits, metrics)
         app.state.readiness = Readiness(storage)
         lagging = await anyio.to_thread.run_sync(storage.studies_needing_fit)

@@ -57,10 +57,11 @@ class FitPool:
 
     def __init__(self, storage: Storage, database_url: str, workers: int = 1, retries: int = 3,
                  backoff: float = 0.5, job: Callable[..., dict[str, Any]] = fit_study,
-                 device: str | None = None) -> None:
+                 device: str | None = None, observer: Any = None) -> None:
         """``job(study_id[, storage=...])`` is the fit (a module-level function, for pickling).
 
-        ``device`` (``auto | cpu | cuda``) is where the fit processes train torch surrogates.
+        ``device`` (``auto | cpu | cuda``) is where the fit processes train torch surrogates;
+        ``observer`` (the app's ``Metrics``) sees each fit's result and failure.
         """
         self.storage = storage
         self.device = device
@@ -79,7 +80,7 @@ class FitPool:
         self._executor = self._make_executor()
         self.fits_done = 0
         self.fits_failed = 0
-        self.observer: Any = None  # the app's Metrics: observe_fit(result), fit_failures
+        self.observer = observer
         if workers:
             threading.Thread(target=self._watch, daemon=True, name="calibo-fit-watch").start()
 

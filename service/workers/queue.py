@@ -86,7 +86,6 @@ class QueueFits:
         self._dirty: set[int] = set()
         self._closed = False
         self.deferred = 0
-        self.observer: Any = None  # fits run in the workers, which have their own metrics
         self._flusher = threading.Thread(target=self._flush_loop, daemon=True, name="calibo-fit-defer")
         self._flusher.start()
 
@@ -143,8 +142,7 @@ class QueueFits:
             lagging = set(self.storage.studies_needing_fit(skip_failed=True))
             if not lagging:
                 return 0
-            active = {int(j.queueing_lock.rsplit("-", 1)[1]) for status in ("todo", "doing")
-                      for j in self._jobs(status=status) if j.queueing_lock}
+            active = {j.task_kwargs["study_id"] for status in ("todo", "doing") for j in self._jobs(status=status)}
         except Unavailable:
             return 0
         for sid in lagging - active:

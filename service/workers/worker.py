@@ -31,6 +31,7 @@ from typing import Any
 
 from procrastinate import App, PsycopgConnector
 from procrastinate.exceptions import AlreadyEnqueued
+from procrastinate.jobs import Status
 from prometheus_client import start_http_server
 
 from ..errors import Unavailable
@@ -171,8 +172,6 @@ class FitWorker:
                 log.warning("fit job %s (study %s) stalled on worker %s: queued again", job.id,
                             job.task_kwargs.get("study_id"), job.worker_id)
             except Exception:  # noqa: BLE001 - the queueing lock: a fit of that study waits already
-                from procrastinate.jobs import Status
-
                 await jm.finish_job(job, Status.FAILED, delete_job=False)
                 log.warning("fit job %s (study %s) stalled on worker %s: a queued fit replaces it", job.id,
                             job.task_kwargs.get("study_id"), job.worker_id)
