@@ -50,7 +50,8 @@ def _settings(args: argparse.Namespace):
 
     over = {k: v for k, v in (("database_url", getattr(args, "database_url", None)),
                               ("workers", getattr(args, "workers", None)),
-                              ("log_level", getattr(args, "log_level", None))) if v is not None}
+                              ("log_level", getattr(args, "log_level", None)),
+                              ("access_log", getattr(args, "access_log", False) or None)) if v is not None}
     return Settings(**over)
 
 
@@ -76,8 +77,6 @@ def serve(args: argparse.Namespace) -> int:
     from service.server import uvicorn_config
 
     settings = _settings(args)
-    if args.access_log:
-        settings.access_log = True
     configure_logging(settings)
     app = create_app(settings)
     # A request allocates many short-lived objects (ORM rows, JSON): collect the young
