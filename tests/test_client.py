@@ -80,6 +80,9 @@ class Script:
     def calls(self) -> int:
         return len(self.requests)
 
+    def bodies(self) -> list[Any]:
+        return [json.loads(r.content) if r.content else None for r in self.requests]
+
 
 def trial_view(tid: int, **extra: Any) -> dict[str, Any]:
     view = {

@@ -19,12 +19,11 @@ from typing import Any
 
 import httpx
 import pytest
+from test_client import Script, async_client, error, sync_client, unavailable
 
 from client import (
-    AsyncClient,
     AsyncReporter,
     CaliboError,
-    Client,
     Conflict,
     ConnectionFailed,
     InvalidRequest,
@@ -34,51 +33,7 @@ from client import (
 )
 from client._optimize import is_coroutine_callable, wants_reporter
 
-URL = "http://calibo.test"
 SPACE = {"x": {"type": "float", "low": 0.0, "high": 100.0}}
-FAST = {"retries": 3, "backoff": 0.001}
-
-Handler = Callable[[httpx.Request], httpx.Response]
-
-
-def error(status: int, code: str, message: str, field: str | None = None) -> httpx.Response:
-    return httpx.Response(
-        status, json={"error": {"code": code, "message": message, "field": field}}
-    )
-
-
-def unavailable() -> httpx.Response:
-    return error(503, "unavailable", "database unavailable")
-
-
-def sync_client(handler: Handler, **kwargs: Any) -> Client:
-    return Client(URL, transport=httpx.MockTransport(handler), **{**FAST, **kwargs})
-
-
-def async_client(handler: Handler, **kwargs: Any) -> AsyncClient:
-    return AsyncClient(URL, transport=httpx.MockTransport(handler), **{**FAST, **kwargs})
-
-
-class Script:
-    """A handler that answers (or raises) the given outcomes in turn, recording requests."""
-
-    def __init__(self, *outcomes: httpx.Response | Exception) -> None:
-        self.outcomes = list(outcomes)
-        self.requests: list[httpx.Request] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        outcome = self.outcomes.pop(0) if len(self.outcomes) > 1 else self.outcomes[0]
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
-
-    @property
-    def calls(self) -> int:
-        return len(self.requests)
-
-    def bodies(self) -> list[Any]:
-        return [json.loads(r.content) if r.content else None for r in self.requests]
 
 
 class PruningServer:
