@@ -34,6 +34,13 @@ def value_of(p: dict) -> float:
     return (p["y"] - 0.13 * p["x"] ** 2 + 1.6 * p["x"] - 6) ** 2 + 10 * abs(p["x"] - 3.1) ** 0.5
 
 
+def sql(url: str, query: str, *params: object) -> list[tuple]:
+    """Run ``query`` on the database of ``url`` (calibo's SQLAlchemy form); its rows, if any."""
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
 @dataclass
 class Proc:
     name: str
@@ -101,9 +108,7 @@ class Cluster:
         return url
 
     def sql(self, query: str, *params: object) -> list[tuple]:
-        conninfo = self.url.replace("postgresql+psycopg://", "postgresql://")
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            return conn.execute(query, params).fetchall()
+        return sql(self.url, query, *params)
 
     def wait_fitted(self, study_id: int, timeout: float = 120.0) -> tuple[int, int]:
         """Until the study's snapshot covers every completed trial: ``(version, n_obs)``."""
@@ -327,9 +332,7 @@ def test_requests_coalesce_into_one_waiting_job(queue_db) -> None:
         time.sleep(0.2)
     finally:
         fits.close()
-    conninfo = url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(conninfo) as conn:
-        rows = conn.execute("SELECT status, lock, args FROM procrastinate_jobs").fetchall()
+    rows = sql(url, "SELECT status, lock, args FROM procrastinate_jobs")
     assert rows == [("todo", fit_lock(sid), {"study_id": sid, "attempt": 0})]
 
 
@@ -355,9 +358,7 @@ def test_a_failed_fit_is_recorded_and_retried_with_backoff(queue_db, monkeypatch
     results = asyncio.run(attempts())
     assert [r["status"] for r in results] == ["failed", "failed"]
     assert "surrogate exploded" in storage.get_study(sid).fit_error
-    conninfo = url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(conninfo) as conn:
-        rows = conn.execute("SELECT status, args, scheduled_at > now() FROM procrastinate_jobs").fetchall()
+    rows = sql(url, "SELECT status, args, scheduled_at > now() FROM procrastinate_jobs")
     # one retry, of attempt 1, scheduled after the backoff; none after the last attempt
     assert rows == [("todo", {"study_id": sid, "attempt": 1}, True)]
 
@@ -368,9 +369,7 @@ def test_lagging_studies_with_no_fit_queued_are_queued_again(queue_db) -> None:
     from service.workers.queue import QueueFits
 
     url, storage, sid = queue_db
-    conninfo = url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute("UPDATE studies SET n_complete = 10 WHERE id = %s", (sid,))  # 10 tells, no fit
+    sql(url, "UPDATE studies SET n_complete = 10 WHERE id = %s", sid)  # 10 tells, no fit
     fits = QueueFits(storage, url)
     try:
         assert fits.resume_stalled() == 1
@@ -379,9 +378,8 @@ def test_lagging_studies_with_no_fit_queued_are_queued_again(queue_db) -> None:
         assert fits.resume_stalled() == 0  # queued already
     finally:
         fits.close()
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        assert conn.execute("SELECT count(*) FROM procrastinate_jobs").fetchone()[0] == 1
-        conn.execute("DELETE FROM procrastinate_jobs")
+    assert sql(url, "SELECT count(*) FROM procrastinate_jobs") == [(1,)]
+    sql(url, "DELETE FROM procrastinate_jobs")
     storage.record_fit_error(sid, "RuntimeError: boom")
     fits = QueueFits(storage, url)
     try:
