@@ -91,7 +91,6 @@ import os
 import platform
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -113,13 +112,13 @@ from benchmarks.service import (  # noqa: E402
     Calibo,
     PairFn,
     _fit_status,
-    _stop_group,
-    _tail,
     _terminate,
     _versions,
+    calibo_process,
     calibo_server,
     combine_throughput,
     freeze_code,
+    git_state,
     log,
     pg_database,
     process_cpu,
@@ -151,37 +150,18 @@ STATUS = re.compile(r"-> (\d{3}):")
 
 
 # ------------------------------------------------------------------ processes
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("CALIBO_")}
-
-
 @contextlib.contextmanager
 def calibo_worker(url: str, logdir: Path, label: str, code: Path | None, concurrency: int = 1,
                   nice: int = 0):
-    """``calibo worker`` in its own process group, ready (it logged so) on entry; stopped on exit."""
-    cmd = [sys.executable, "-m", "service.cli", "worker", "--database-url", url,
-           "--concurrency", str(concurrency)]
-    if nice:
-        cmd = ["nice", "-n", str(nice), *cmd]
+    """``calibo worker`` (see :func:`service.calibo_process`), ready once it logged so."""
     logfile = logdir / f"worker-{label}.log"
-    env = _env() | {"CALIBO_WORKER_MODE": "queue", "CALIBO_MIGRATE": "false",  # the first API migrated
-                    "CALIBO_WORKER_ALIVE_FILE": str(logdir / f"worker-{label}.alive")}
-    with open(logfile, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=code or ROOT, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"calibo worker exited with {proc.returncode}:\n{_tail(logfile)}")
-            if " ready: " in logfile.read_text(errors="replace"):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"calibo worker not ready in 120 s:\n{_tail(logfile)}")
-            time.sleep(0.2)
+    args = ["worker", "--database-url", url, "--concurrency", str(concurrency)]
+    env = {"CALIBO_WORKER_MODE": "queue", "CALIBO_MIGRATE": "false",  # the first API migrated
+           "CALIBO_WORKER_ALIVE_FILE": str(logdir / f"worker-{label}.alive")}
+    prefix = ("nice", "-n", str(nice)) if nice else ()
+    with calibo_process(args, logfile, "calibo worker", lambda: " ready: " in logfile.read_text(errors="replace"),
+                        code, env, prefix=prefix) as proc:
         yield proc.pid, logfile
-    finally:
-        _stop_group(proc)
 
 
 def cluster_cpu(api_pids: list[int], worker_pids: list[int]) -> dict[str, float]:
@@ -654,15 +634,7 @@ def main() -> None:
                 code = tmp / "code"
                 log(f"servers and workers run {args.freeze} code frozen in {code}: {meta['server_code']}")
             else:
-                with contextlib.suppress(Exception):
-                    git = ["git", "-C", str(ROOT)]
-                    meta["server_code"] = {
-                        "source": "checkout (not frozen)",
-                        "git_commit": subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True,
-                                                     text=True, timeout=10).stdout.strip(),
-                        "worktree_differs_from_head": bool(subprocess.run(
-                            [*git, "status", "--porcelain", "--", "service", "migrations"], capture_output=True,
-                            text=True, timeout=10).stdout.strip())}
+                meta["server_code"] = {"source": "checkout (not frozen)", **git_state()}
             logdir = Path(args.log_dir) if args.log_dir else tmp
             logdir.mkdir(parents=True, exist_ok=True)
             for key in tqdm(keys, desc="rows", file=sys.stderr):

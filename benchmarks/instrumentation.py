@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,16 +40,6 @@ from benchmarks.service import Calibo, calibo_server, database, freeze_code  # n
 
 RESULTS = ROOT / "benchmarks" / "results"
 AIM = 1.10
-
-
-def freeze_commit(dest: Path, commit: str) -> dict[str, Any]:
-    """The server packages as of ``commit`` (git archive)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "archive", commit, "service", "migrations"], cwd=ROOT,
-                             capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
-    sha = subprocess.run(["git", "rev-parse", commit], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return {"source": "commit", "git_commit": sha}
 
 
 def pct(xs: list[float]) -> dict[str, float]:
@@ -74,7 +63,7 @@ def main() -> None:
                                     "in_flight": 1}, "rows": []}
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
-        out["meta"]["code"] = {"before": freeze_commit(tmp / "before", args.before),
+        out["meta"]["code"] = {"before": freeze_code(tmp / "before", args.before),
                                "after": freeze_code(tmp / "after", "head")}
         for backend in args.backends.split(","):
             with ExitStack() as stack:

@@ -343,16 +343,17 @@ def database(backend: str, tmp: Path, label: str) -> Iterator[str]:
 def freeze_code(dest: Path, source: str) -> dict[str, Any]:
     """Copy the server's packages (``service``, ``migrations``) to ``dest``, which servers then run from.
 
-    ``source="head"``: as committed at HEAD (``git archive``); ``"worktree"``: the files as they are
-    now. Either way, edits made to the checkout while the benchmark runs do not reach its servers.
+    ``source="head"``: as committed at HEAD (``git archive``), or at any other revision given;
+    ``"worktree"``: the files as they are now. Either way, edits made to the checkout while the benchmark runs do not reach its servers.
     """
     import hashlib
     import shutil
 
     dest.mkdir(parents=True, exist_ok=True)
     pkgs = ("service", "migrations")
-    if source == "head":
-        archive = subprocess.run(["git", "archive", "HEAD", *pkgs], cwd=ROOT, capture_output=True, check=True)
+    if source != "worktree":  # "head", or any revision git knows
+        rev = "HEAD" if source == "head" else source
+        archive = subprocess.run(["git", "archive", rev, *pkgs], cwd=ROOT, capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
     else:
         for p in pkgs:
@@ -362,55 +363,77 @@ def freeze_code(dest: Path, source: str) -> dict[str, Any]:
     for f in files:
         digest.update(str(f.relative_to(dest)).encode() + b"\0" + f.read_bytes())
     info: dict[str, Any] = {"source": source, "files": len(files), "sha256": digest.hexdigest()}
+    if source in ("head", "worktree"):
+        return info | git_state(pkgs)
+    rev = subprocess.run(["git", "rev-parse", source], cwd=ROOT, capture_output=True, text=True, timeout=10)
+    return info | {"git_commit": rev.stdout.strip()}
+
+
+def git_state(paths: tuple[str, ...] = ("service", "migrations")) -> dict[str, Any]:
+    """The checkout's commit, and whether ``paths`` differ from it (empty when git cannot say)."""
+    info: dict[str, Any] = {}
     with contextlib.suppress(Exception):
         git = ["git", "-C", str(ROOT)]
         info["git_commit"] = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
                                             timeout=10).stdout.strip()
-        changed = subprocess.run([*git, "status", "--porcelain", "--", *pkgs], capture_output=True,
+        changed = subprocess.run([*git, "status", "--porcelain", "--", *paths], capture_output=True,
                                  text=True, timeout=10).stdout.strip()
         info["worktree_differs_from_head"] = bool(changed)
     return info
 
 
 @contextlib.contextmanager
-def calibo_server(url: str, tmp: Path, label: str, workers: int, code: Path | None = None,
-                  env: dict[str, str] | None = None) -> Iterator[tuple[str, Path, int]]:
-    """``calibo serve`` in its own process group on a free port; stopped (group and all) on exit.
+def calibo_process(args: list[str], logfile: Path, what: str, ready: Callable[[], bool],
+                   code: Path | None = None, env: dict[str, str] | None = None, timeout: float = 120.0,
+                   prefix: tuple[str, ...] = ()) -> Iterator[subprocess.Popen]:
+    """``calibo <args>`` in its own process group, output to ``logfile``, once ``ready()`` says so;
+    stopped (group and all) on exit. Its environment has no ``CALIBO_*`` but ``env``.
 
     ``code``: a directory holding frozen ``service`` and ``migrations`` packages to run (see
-    :func:`freeze_code`); they shadow the checkout's because the server starts there (``python -m``
+    :func:`freeze_code`); they shadow the checkout's because the process starts there (``python -m``
     puts its working directory first on ``sys.path``, and spawned fit workers inherit it).
-    ``env``: variables added to the server's environment (which otherwise has no ``CALIBO_*``),
-    e.g. ``{"CALIBO_WORKER_MODE": "queue"}``.
+    ``prefix``: a command it runs under (``nice -n 10``).
+    """
+    cmd = [*prefix, sys.executable, "-m", "service.cli", *args]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("CALIBO_")} | (env or {})
+    with open(logfile, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=code or ROOT, stdout=out, stderr=subprocess.STDOUT, env=full_env,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{what} exited with {proc.returncode}:\n{_tail(logfile)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} not ready in {timeout:g} s:\n{_tail(logfile)}")
+            time.sleep(0.2)
+        yield proc
+    finally:
+        _stop_group(proc)
+
+
+@contextlib.contextmanager
+def calibo_server(url: str, tmp: Path, label: str, workers: int, code: Path | None = None,
+                  env: dict[str, str] | None = None) -> Iterator[tuple[str, Path, int]]:
+    """``calibo serve`` on a free port (see :func:`calibo_process`), ready once /healthz answers 200.
+
+    ``env``: variables added to the server's environment, e.g. ``{"CALIBO_WORKER_MODE": "queue"}``.
     """
     import httpx
 
     port = free_port()
     logfile = tmp / f"server-{label}.log"
-    cmd = [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--database-url", url, "--workers", str(workers)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CALIBO_")} | (env or {})
-    with open(logfile, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=code or ROOT, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        with httpx.Client(base_url=base, timeout=2.0, trust_env=False) as c:
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"calibo serve exited with {proc.returncode}:\n{_tail(logfile)}")
-                try:
-                    if c.get("/healthz").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"calibo serve did not answer /healthz in 120 s:\n{_tail(logfile)}")
-                time.sleep(0.2)
-        yield base, logfile, proc.pid
-    finally:
-        _stop_group(proc)
+    with httpx.Client(base_url=base, timeout=2.0, trust_env=False) as c:
+        def healthy() -> bool:
+            try:
+                return c.get("/healthz").status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        args = ["serve", "--host", "127.0.0.1", "--port", str(port), "--database-url", url, "--workers", str(workers)]
+        with calibo_process(args, logfile, "calibo serve", healthy, code, env) as proc:
+            yield base, logfile, proc.pid
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
