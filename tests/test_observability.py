@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+import signal
 import time
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 from conftest import LiveServer, free_port, unique
 from prometheus_client.parser import text_string_to_metric_families
 from test_api import BRANIN, branin
+from test_restart import ServerProcess
 
 
 def scrape(c: httpx.Client) -> dict[tuple[str, tuple], float]:
@@ -87,30 +86,16 @@ def test_metrics_need_a_token_when_auth_is_on(tmp_path: Path) -> None:
 
 
 def test_json_lines_request_log_carries_the_request_id(tmp_path: Path) -> None:
-    port = free_port()
     log = tmp_path / "serve.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CALIBO_")}
-    env.update(CALIBO_LOG_FORMAT="json", CALIBO_ACCESS_LOG="true", CALIBO_WORKERS="0")
-    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port),
-                             "--database-url", f"sqlite:///{tmp_path / 'j.db'}"], env=env,
-                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    srv = ServerProcess(f"sqlite:///{tmp_path / 'j.db'}", free_port(), log,
+                        env={"CALIBO_LOG_FORMAT": "json", "CALIBO_ACCESS_LOG": "true", "CALIBO_WORKERS": "0"})
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if c.get("/healthz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
+        with httpx.Client(base_url=srv.url, timeout=10) as c:
             c.post("/v1/studies", json={"name": "j", "space": BRANIN}, headers={"X-Request-ID": "create-1"})
             c.get("/v1/studies/999", headers={"X-Request-ID": "missing-1"})
         time.sleep(0.3)
     finally:
-        proc.terminate()
-        proc.wait(30)
+        srv.stop(signal.SIGTERM)
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]  # every line is JSON
     access = {r["request_id"]: r for r in lines if r["logger"] == "calibo.access"}
     assert access["create-1"]["status"] == 201 and access["create-1"]["path"] == "/v1/studies"

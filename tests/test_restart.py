@@ -18,9 +18,9 @@ from test_api import BRANIN, FAST, branin
 class ServerProcess:
     """``calibo serve`` as a real process: what an operator starts and stops."""
 
-    def __init__(self, database_url: str, port: int, log: Path) -> None:
+    def __init__(self, database_url: str, port: int, log: Path, env: dict[str, str] | None = None) -> None:
         self.url = f"http://127.0.0.1:{port}"
-        env = {**os.environ, "CALIBO_DATABASE_URL": database_url, "CALIBO_WORKERS": "1"}
+        env = {**os.environ, "CALIBO_DATABASE_URL": database_url, "CALIBO_WORKERS": "1", **(env or {})}
         self.log = log.open("ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
                                      env=env, stdout=self.log, stderr=subprocess.STDOUT)
