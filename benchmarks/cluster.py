@@ -124,6 +124,7 @@ from benchmarks.service import (  # noqa: E402
     process_cpu,
     run_latency,
     run_throughput,
+    write_results,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -652,16 +653,7 @@ def main() -> None:
         log(f"interrupted: servers and workers stopped, databases dropped; partial rows in "
             f"{out.with_suffix('.partial.json')}")
         sys.exit(130)
-    meta["wall_seconds"] = time.time() - t0
-    meta["loadavg_at_end"] = os.getloadavg()
-    meta["failures"] = failures
-    checks = aims(rows)
-    if rows:
-        print_table(rows, checks, meta)
-        out.write_text(json.dumps({"meta": meta, "rows": rows, "aims": checks}))
-        out.with_suffix(".partial.json").unlink(missing_ok=True)
-        plot(rows, out.with_suffix(".png"))
-        print(f"wrote {out} and {out.with_suffix('.png')}")
+    write_results(out, meta, rows, failures, t0, aims, print_table, plot)
     if failures:
         print("failures:\n  " + "\n  ".join(failures))
         sys.exit(1)

@@ -895,6 +895,23 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def write_results(out: Path, meta: dict[str, Any], rows: list[dict[str, Any]], failures: list[str], t0: float,
+                  aims: Callable[[list], list], print_table: Callable[..., None], plot: Callable[..., None]) -> None:
+    """The end of a run that wrote ``out``'s ``.partial.json`` as it went: wall time, load and failures
+    in ``meta``, the table, ``out`` (JSON with the aims' checks) in place of the partial file, the PNG."""
+    meta["wall_seconds"] = time.time() - t0
+    meta["loadavg_at_end"] = os.getloadavg()
+    meta["failures"] = failures
+    if not rows:
+        return
+    checks = aims(rows)
+    print_table(rows, checks, meta)
+    out.write_text(json.dumps({"meta": meta, "rows": rows, "aims": checks}))
+    out.with_suffix(".partial.json").unlink(missing_ok=True)
+    plot(rows, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+
+
 def _versions() -> dict[str, str]:
     from importlib import metadata
 
@@ -1051,15 +1068,7 @@ def main() -> None:
         log("interrupted: servers stopped, databases dropped; partial rows in "
             f"{out.with_suffix('.partial.json')}")
         sys.exit(130)
-    meta["wall_seconds"] = time.time() - t0
-    meta["loadavg_at_end"] = os.getloadavg()
-    meta["failures"] = failures
-    checks = aims(rows)
-    print_table(rows, checks, meta)
-    out.write_text(json.dumps({"meta": meta, "rows": rows, "aims": checks}))
-    out.with_suffix(".partial.json").unlink(missing_ok=True)
-    plot(rows, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    write_results(out, meta, rows, failures, t0, aims, print_table, plot)
     if failures:
         sys.exit(1)
 
