@@ -82,7 +82,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.tasks import TASKS  # noqa: E402
-from service.engine import metrics as M  # noqa: E402
+from calibo.engine import metrics as M  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FUNCTIONS = ("forrester", "ackley2", "alpine10")
@@ -104,7 +104,7 @@ TIE = 1e-3  # two minima within TIE x (the cell's y range) are "the same minimum
 
 def engine_min_obs() -> int:
     """The fewest observations the engine's ``fit`` accepts (it says so with a ValueError)."""
-    from service.engine import EngineConfig, SearchSpace, fit
+    from calibo.engine import EngineConfig, SearchSpace, fit
 
     task = TASKS["forrester"]
     space = SearchSpace.from_dict(task.space)
@@ -121,7 +121,7 @@ def engine_min_obs() -> int:
 
 def run_one(function: str, acquisition: str, method: str, surrogate: str, seed: int, n_init: int,
             steps: int, ucb_pair: int, surrogate_options: dict) -> dict:
-    from service.engine import Optimizer
+    from calibo.engine import Optimizer
 
     task = TASKS[function]
     opt = Optimizer(task.space, direction="minimize", seed=seed, surrogate=surrogate,
@@ -309,7 +309,7 @@ def main() -> None:
     args = ap.parse_args()
     from tqdm import tqdm
 
-    from service.engine.surrogates import SURROGATES
+    from calibo.engine.surrogates import SURROGATES
 
     for s in (args.baseline, args.calibrated):
         if s not in SURROGATES:

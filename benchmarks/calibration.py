@@ -73,10 +73,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.tasks import TASKS  # noqa: E402
-from service.engine import EngineConfig, SearchSpace, adapt, fit, initial_states, select  # noqa: E402
-from service.engine import metrics as M  # noqa: E402
-from service.engine.conformal import Bounds, beta_of, issued_beta, pair_alphas, pair_interval  # noqa: E402
-from service.engine.optimizer import warmup_points  # noqa: E402
+from calibo.engine import EngineConfig, SearchSpace, adapt, fit, initial_states, select  # noqa: E402
+from calibo.engine import metrics as M  # noqa: E402
+from calibo.engine.conformal import Bounds, beta_of, issued_beta, pair_alphas, pair_interval  # noqa: E402
+from calibo.engine.optimizer import warmup_points  # noqa: E402
 
 LEVELS = (0.125, 0.25, 0.375, 0.625, 0.75, 0.875)  # pairs: 75%, 50%, 25% intervals
 NOMINAL = [0.75, 0.5, 0.25]

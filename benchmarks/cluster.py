@@ -7,7 +7,7 @@ Hartmann-6, default study settings, ``--candidates`` (2000) candidates, seed
 API before timing (so the surrogate is past its warm-up), the first fit
 covering them waited for. Then ``--clients`` (32) threads, each with its own
 keep-alive ``httpx.Client``, loop ask -> tell (the Hartmann-6 value) on that
-one study for ``--warmup`` + ``--duration`` seconds (``service.run_throughput``;
+one study for ``--warmup`` + ``--duration`` seconds (``calibo.server.run_throughput``;
 with two API processes the clients alternate between their ports). Rows:
 
 * ``pool``: ``calibo serve --workers 1`` (``CALIBO_WORKER_MODE=pool``, the

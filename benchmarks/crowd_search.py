@@ -116,7 +116,7 @@ def calibo_overrides(method: str) -> dict[str, Any]:
 
 class _Calibo:
     def __init__(self, task: Task, seed: int, config: dict[str, Any]) -> None:
-        from service.engine import Optimizer
+        from calibo.engine import Optimizer
 
         self.opt = Optimizer(task.space, direction=task.direction, seed=seed, config=config)
 
@@ -176,8 +176,8 @@ class _Random:
 
 def check_methods(methods: list[str]) -> None:
     """Fail before the pool starts: unknown methods and EngineConfig overrides it rejects."""
-    from service.engine import EngineConfig
-    from service.engine.errors import ConfigError
+    from calibo.engine import EngineConfig
+    from calibo.engine.errors import ConfigError
 
     for m in methods:
         if not is_calibo(m) and m not in MAIN:
@@ -233,7 +233,7 @@ def simulate(opt, task: Task, dur: np.ndarray, k: int, trials: int) -> dict[str,
 
 def calibration(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Empirical coverage per interval pair over the predicted trials, and the mean |coverage - nominal|."""
-    from service.engine import metrics as M
+    from calibo.engine import metrics as M
 
     cal = M.summarize(records)
     if not cal["n"]:

@@ -9,7 +9,7 @@ cell. Rows:
   ``exact_up_to`` (4000), SGPR with 512 inducing inputs beyond;
 * ``mlp-ensemble`` the BANANAS MLP ensemble (if registered);
 * ``qgbm``         LightGBM quantile models;
-* ``engine``       the default surrogate's full refit: ``service.engine.optimizer.fit``
+* ``engine``       the default surrogate's full refit: ``calibo.engine.optimizer.fit``
   with the default ``EngineConfig`` (conformalized: split conformal beyond 50
   observations, i.e. trains on 75% and scores 25%, then predicts 2000
   candidates). The service's aim: under 10 s at 10,000 observations.
@@ -62,7 +62,7 @@ GROWTH = {"qgp-sklearn": 2.5, "qgp-torch": 1.5, "mlp-ensemble": 1.2, "qgbm": 1.2
 def task_data(n: int, seed: int):
     """Observations of noisy Hartmann-6 at random configurations: (space, params, U, y, f)."""
     from benchmarks.tasks import TASKS
-    from service.engine import SearchSpace
+    from calibo.engine import SearchSpace
 
     task = TASKS["hartmann6"]
     space = SearchSpace.from_dict(task.space)
@@ -116,7 +116,7 @@ def device_info(device: str) -> dict:
 def run_surrogate(name: str, options: dict, n: int, device: str, seed: int) -> dict:
     from threadpoolctl import threadpool_limits
 
-    from service.engine.surrogates import make_surrogate
+    from calibo.engine.surrogates import make_surrogate
 
     _, _, U, y, _ = task_data(n, seed)
     space, _, Uc, _, fc = task_data(N_CANDIDATES, seed + 1)
@@ -137,8 +137,8 @@ def run_surrogate(name: str, options: dict, n: int, device: str, seed: int) -> d
 
 
 def run_engine(n: int, device: str, seed: int) -> dict:
-    from service.engine import EngineConfig
-    from service.engine.optimizer import fit
+    from calibo.engine import EngineConfig
+    from calibo.engine.optimizer import fit
 
     space, params, _, y, _ = task_data(n, seed)
     cfg = EngineConfig()
@@ -226,8 +226,8 @@ def main() -> None:
 
     from tqdm import tqdm
 
-    from service.engine import device as devices
-    from service.engine.surrogates import SURROGATES
+    from calibo.engine import device as devices
+    from calibo.engine.surrogates import SURROGATES
 
     device, why = devices.resolve(args.device)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -240,7 +240,7 @@ def main() -> None:
     for r in rows:
         name = ROWS[r][0]
         if name and name not in SURROGATES:
-            notes[r] = f"skipped: surrogate {name!r} is not registered in service.engine.surrogates"
+            notes[r] = f"skipped: surrogate {name!r} is not registered in calibo.engine.surrogates"
             cells[r] = {str(n): {"skipped": notes[r]} for n in sizes}
             continue
         todo += [(r, n) for n in sizes]

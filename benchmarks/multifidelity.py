@@ -37,7 +37,7 @@ loss is kept as ``test_regret``. Normalised regret (for averaging over
 datasets) divides by the table's median-minus-best converged loss.
 
 Methods: ``none``; calibo's ``median``, ``sh``, ``hb``, ``sh+``, ``hb+``
-(``service.engine.pruning.decide`` on every trial's curve, state running /
+(``calibo.engine.pruning.decide`` on every trial's curve, state running /
 complete / pruned, min_resource 1, max_resource E, reduction_factor 3; median
 with n_startup_trials 5, n_warmup_steps 0; the hb seed is the run's seed);
 Optuna's ``optuna_median`` (MedianPruner()), ``optuna_sh``
@@ -233,7 +233,7 @@ class _Calibo(_None):
     """calibo's pure ``decide`` on the curves of every trial so far."""
 
     def __init__(self, name: str, epochs: int, seed: int) -> None:
-        from service.engine.pruning import PrunerConfig
+        from calibo.engine.pruning import PrunerConfig
 
         spec: dict[str, Any] = {"name": name, "min_resource": 1, "max_resource": epochs,
                                 "reduction_factor": REDUCTION}
@@ -245,12 +245,12 @@ class _Calibo(_None):
         self.rungs: list[tuple[int, int, int, bool]] = []  # (rung, competitors, kept, pruned)
 
     def start(self, number: int, idx: int) -> None:
-        from service.engine.pruning import Curve
+        from calibo.engine.pruning import Curve
 
         self.curves[number] = Curve(number, "running", {})
 
     def report(self, number: int, step: int, value: float) -> bool:
-        from service.engine.pruning import decide
+        from calibo.engine.pruning import decide
 
         c = self.curves[number]
         c.values[step] = value

@@ -62,7 +62,7 @@ def objective_for(epochs: int, split: tuple[np.ndarray, ...], log: list[dict[str
     classes = np.unique(ytr)
 
     def objective(params: dict[str, Any], reporter) -> float:
-        from client import TrialPruned
+        from calibo import TrialPruned
 
         model = SGDClassifier(loss="log_loss", alpha=params["alpha"], eta0=params["eta0"],
                               learning_rate=params["learning_rate"], random_state=0)
@@ -83,7 +83,7 @@ def objective_for(epochs: int, split: tuple[np.ndarray, ...], log: list[dict[str
 
 
 def run_study(base: str, name: str, feed: bool, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    from client import Client
+    from calibo import Client
 
     log: list[dict[str, Any]] = []
     with Client(base, retry_deadline=120) as c:

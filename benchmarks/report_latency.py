@@ -1,6 +1,6 @@
 """What a learning-curve report costs as a study's curves pile up, before and after a change.
 
-Each code version (``--before`` a git revision, and HEAD) is frozen (``service.freeze_code``) and
+Each code version (``--before`` a git revision, and HEAD) is frozen (``calibo.server.freeze_code``) and
 run in its own process: a SQLite study of ``--trials`` (300) running trials, each reporting
 ``step = 1..27`` through ``StudyService.report`` (the service layer, no HTTP) the value
 ``a + 1 / step`` (``a`` drawn per trial, fixed seed) until told to stop. The mean and p90 latency
@@ -31,9 +31,9 @@ PRUNERS = ("none", "median", "sh", "sh+")
 MEASURE = r"""
 import json, sys, tempfile, time
 import numpy as np
-from service.config import Settings
-from service.storage import Storage
-from service.studies import StudyService
+from calibo.server.config import Settings
+from calibo.server.storage import Storage
+from calibo.server.studies import StudyService
 
 pruner, n = sys.argv[1], int(sys.argv[2])
 url = f"sqlite:///{tempfile.mkdtemp()}/r.db"

@@ -340,36 +340,70 @@ def database(backend: str, tmp: Path, label: str) -> Iterator[str]:
             yield url
 
 
+# The repository's folders and the names they install under (pyproject.toml's package-dir):
+# a frozen copy is laid out as the installed namespace, so `python -m calibo.server.cli` run from it
+# imports the frozen code, not the checkout's.
+NAMESPACE = (("client", "calibo"), ("service", "calibo/server"), ("service/engine", "calibo/engine"),
+             ("service/optuna", "calibo/optuna"), ("migrations", "calibo/server/migrations"))
+FROZEN = ("service", "client", "migrations", "pyproject.toml")
+
+
 def freeze_code(dest: Path, source: str) -> dict[str, Any]:
-    """Copy the server's packages (``service``, ``migrations``) to ``dest``, which servers then run from.
+    """Copy the server's code to ``dest``, laid out as the ``calibo`` namespace; servers then run from it.
 
     ``source="head"``: as committed at HEAD (``git archive``), or at any other revision given;
-    ``"worktree"``: the files as they are now. Either way, edits made to the checkout while the benchmark runs do not reach its servers.
+    ``"worktree"``: the files as they are now. Either way, edits made to the checkout while the
+    benchmark runs do not reach its servers. A revision from before the ``calibo`` namespace keeps
+    its ``service`` / ``migrations`` layout (``cli_module`` says which to run).
     """
     import hashlib
     import shutil
 
     dest.mkdir(parents=True, exist_ok=True)
-    pkgs = ("service", "migrations")
+    tree = dest / ".tree"
     if source != "worktree":  # "head", or any revision git knows
         rev = "HEAD" if source == "head" else source
-        archive = subprocess.run(["git", "archive", rev, *pkgs], cwd=ROOT, capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+        listed = subprocess.run(["git", "ls-tree", "--name-only", rev], cwd=ROOT, capture_output=True,
+                                text=True, check=True).stdout.split()
+        archive = subprocess.run(["git", "archive", rev, *[p for p in FROZEN if p in listed]], cwd=ROOT,
+                                 capture_output=True, check=True)
+        tree.mkdir()
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
     else:
-        for p in pkgs:
-            shutil.copytree(ROOT / p, dest / p, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for p in FROZEN:
+            if (ROOT / p).is_dir():
+                shutil.copytree(ROOT / p, tree / p, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            else:
+                shutil.copy2(ROOT / p, tree / p)
+    if '"calibo.server" = "service"' in (tree / "pyproject.toml").read_text():  # the calibo namespace
+        for folder, package in NAMESPACE:
+            inner = {f.rsplit("/", 1)[1] for f, _ in NAMESPACE if f.startswith(folder + "/")}  # engine, optuna
+            if (tree / folder).is_dir():
+                shutil.copytree(tree / folder, dest / package, dirs_exist_ok=True,
+                                ignore=lambda d, names, top=tree / folder, inner=inner:
+                                {n for n in names if n in ("__pycache__",) or n.endswith(".pyc")
+                                 or (Path(d) == top and n in inner)})
+    else:
+        for p in ("service", "migrations"):
+            shutil.move(str(tree / p), str(dest / p))
+    shutil.rmtree(tree)
     digest = hashlib.sha256()
     files = sorted(f for f in dest.rglob("*") if f.is_file())
     for f in files:
         digest.update(str(f.relative_to(dest)).encode() + b"\0" + f.read_bytes())
     info: dict[str, Any] = {"source": source, "files": len(files), "sha256": digest.hexdigest()}
     if source in ("head", "worktree"):
-        return info | git_state(pkgs)
+        return info | git_state(FROZEN)
     rev = subprocess.run(["git", "rev-parse", source], cwd=ROOT, capture_output=True, text=True, timeout=10)
     return info | {"git_commit": rev.stdout.strip()}
 
 
-def git_state(paths: tuple[str, ...] = ("service", "migrations")) -> dict[str, Any]:
+def cli_module(code: Path | None) -> str:
+    """The module that runs ``calibo`` from frozen ``code`` (or the checkout's install)."""
+    return "service.cli" if code is not None and (code / "service").is_dir() else "calibo.server.cli"
+
+
+def git_state(paths: tuple[str, ...] = FROZEN) -> dict[str, Any]:
     """The checkout's commit, and whether ``paths`` differ from it (empty when git cannot say)."""
     info: dict[str, Any] = {}
     with contextlib.suppress(Exception):
@@ -389,12 +423,12 @@ def calibo_process(args: list[str], logfile: Path, what: str, ready: Callable[[]
     """``calibo <args>`` in its own process group, output to ``logfile``, once ``ready()`` says so;
     stopped (group and all) on exit. Its environment has no ``CALIBO_*`` but ``env``.
 
-    ``code``: a directory holding frozen ``service`` and ``migrations`` packages to run (see
-    :func:`freeze_code`); they shadow the checkout's because the process starts there (``python -m``
+    ``code``: a directory holding a frozen ``calibo`` package to run (see :func:`freeze_code`); it
+    shadows the checkout's because the process starts there (``python -m``
     puts its working directory first on ``sys.path``, and spawned fit workers inherit it).
     ``prefix``: a command it runs under (``nice -n 10``).
     """
-    cmd = [*prefix, sys.executable, "-m", "service.cli", *args]
+    cmd = [*prefix, sys.executable, "-m", cli_module(code), *args]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("CALIBO_")} | (env or {})
     with open(logfile, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=code or ROOT, stdout=out, stderr=subprocess.STDOUT, env=full_env,

@@ -90,15 +90,15 @@ def name(surrogate: str, acquisition: str) -> str:
 
 
 def defaults() -> tuple[str, str]:
-    from service.engine import EngineConfig
+    from calibo.engine import EngineConfig
 
     cfg = EngineConfig()
     return cfg.surrogate, cfg.acquisition
 
 
 def registered() -> tuple[list[str], list[str]]:
-    from service.engine.acquisition import ACQUISITIONS
-    from service.engine.surrogates import SURROGATES
+    from calibo.engine.acquisition import ACQUISITIONS
+    from calibo.engine.surrogates import SURROGATES
 
     return list(SURROGATES), list(ACQUISITIONS)
 
@@ -112,7 +112,7 @@ def grid(kind: str, surrogates: list[str], acquisitions: list[str]) -> list[tupl
 
 
 def run_one(surrogate: str, acquisition: str, task_name: str, trials: int, seed: int) -> dict:
-    from service.engine import metrics as M
+    from calibo.engine import metrics as M
 
     opt, values, wall, obj_s = sequential_study(
         task_name, trials, seed, {"surrogate": surrogate, "acquisition": acquisition})

@@ -1,12 +1,17 @@
-"""calibo's thin HTTP client: ask/tell against a calibo server with httpx alone.
+"""calibo: hyperparameter optimization from conformally calibrated surrogates.
 
->>> from client import Client
->>> with Client("http://127.0.0.1:8000") as calibo:            # doctest: +SKIP
-...     study = calibo.create_study("svc", {"C": {"type": "float", "low": 1e-2,
+This package is the thin HTTP client (httpx alone). The engine is ``calibo.engine``,
+the server ``calibo.server`` (both need ``pip install "calibo[server]"``), the Optuna
+sampler ``calibo.optuna``.
+
+>>> from calibo import Client
+>>> with Client("http://127.0.0.1:8000") as client:             # doctest: +SKIP
+...     study = client.create_study("svc", {"C": {"type": "float", "low": 1e-2,
 ...                                               "high": 1e3, "log": True}})
-...     trial = calibo.ask(study["id"])[0]
-...     calibo.tell(study["id"], trial.id, train(**trial.params))
-...     calibo.optimize(study, lambda p: train(**p), n_trials=50, n_workers=4)
+...     trial = study.ask()
+...     study.tell(trial, train(**trial.params))
+...     study.optimize(lambda p: train(**p), n_trials=50, n_workers=4)
+...     print(study.best_trial.params)
 
 An objective that takes ``(params, reporter)`` can report intermediate values
 and stop when the study's pruner says so (create the study with ``pruner=``)::
@@ -22,8 +27,15 @@ This package imports only the standard library and httpx: remote tuning
 workers install ``calibo`` without the ``server`` extra.
 """
 
+# ruff: noqa: E402 - the import-name guard comes before the imports it protects
+if __name__ != "calibo":  # the repository's client/ folder installs as the package calibo only
+    raise ImportError(f"calibo's client is the package calibo, not {__name__!r}")
+
+__version__ = "0.1.0"
+
 from ._async import AsyncClient
 from ._optimize import AsyncReporter, Reporter
+from ._study import AsyncStudy, Study
 from ._sync import Client
 from .errors import (
     CaliboError,
@@ -36,11 +48,13 @@ from .errors import (
     TrialPruned,
     Unauthorized,
 )
-from .models import Trial
+from .models import Trial, TrialRecord
 
 __all__ = [
+    "__version__",
     "AsyncClient",
     "AsyncReporter",
+    "AsyncStudy",
     "CaliboError",
     "Client",
     "Conflict",
@@ -50,7 +64,9 @@ __all__ = [
     "NotFound",
     "Reporter",
     "ServerError",
+    "Study",
     "Trial",
+    "TrialRecord",
     "TrialPruned",
     "Unauthorized",
 ]

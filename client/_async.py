@@ -30,10 +30,13 @@ from ._optimize import (
     wants_reporter,
     worker_id,
 )
-from .errors import CaliboError, TrialPruned
+from ._study import AsyncStudy
+from .errors import CaliboError, NotFound, TrialPruned
 from .models import Trial
 
 __all__ = ["AsyncClient"]
+
+_sleep = asyncio.sleep  # the retry and heartbeat waits (tests put a fake clock here)
 
 T = TypeVar("T")
 Objective = (
@@ -49,7 +52,7 @@ ReporterFactory = Callable[[Trial], Reporter | AsyncReporter | None]
 
 
 class AsyncClient:
-    """The asyncio twin of :class:`~client.Client`: same methods, awaited.
+    """The asyncio twin of :class:`~calibo.Client`: same methods, awaited.
 
     Same errors and the same retry rules: every call (``ask`` with its
     ``Idempotency-Key``) is retried on connection errors and 502/503/504 with
@@ -93,12 +96,12 @@ class AsyncClient:
                     headers=call.headers,
                 )
             except httpx.TransportError as exc:
-                await asyncio.sleep(attempts.after_error(exc))
+                await _sleep(attempts.after_error(exc))
                 continue
             delay = attempts.after_response(response)
             if delay is None:
                 return attempts.finish(response)
-            await asyncio.sleep(delay)
+            await _sleep(delay)
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -129,10 +132,11 @@ class AsyncClient:
         seed: int | None = None,
         settings: dict[str, Any] | None = None,
         pruner: str | dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Create a study, or get the existing one with the same definition (``pruner``
-        as in :meth:`Client.create_study`; options left as None are not sent)."""
-        return await self._run(
+    ) -> AsyncStudy:
+        """Create a study, or get the existing one with the same definition: an
+        :class:`~calibo.AsyncStudy` handle (``pruner`` as in :meth:`Client.create_study`;
+        options left as None are not sent)."""
+        return AsyncStudy(self, await self._run(
             api.create_study(
                 name,
                 space,
@@ -142,11 +146,24 @@ class AsyncClient:
                 seed=seed,
                 settings=settings,
                 pruner=pruner,
-            )
-        )
+            ),
+        ))
 
     async def get_study(self, study_id: StudyRef) -> dict[str, Any]:
         return await self._run(api.get_study(study_id))
+
+    async def load_study(self, study: int | str) -> AsyncStudy:
+        """A handle on an existing study, by id or by name (NotFound when there is none)."""
+        if isinstance(study, str) and not study.strip().isdigit():
+            found = [s for s in await self.list_studies(name=study) if s.get("name") == study]
+            if not found:
+                raise NotFound(f"no study named {study!r}", status=404, code="not_found", field="study")
+            study = found[0]["id"]
+        return AsyncStudy(self, await self.get_study(study))
+
+    async def get_trial(self, study_id: StudyRef, trial_id: TrialRef) -> dict[str, Any]:
+        """One trial's view."""
+        return await self._run(api.get_trial(study_id, trial_id))
 
     async def list_studies(self, name: str | None = None) -> list[dict[str, Any]]:
         """Every study's summary, all pages (or only the study named ``name``)."""
@@ -232,10 +249,10 @@ class AsyncClient:
 
         Pruning as in :meth:`Client.optimize`: an objective with two positional
         parameters, ``(params, reporter)``, gets a reporter for its trial and may
-        raise :class:`~client.TrialPruned` to have it told ``state="pruned"`` with
+        raise :class:`~calibo.TrialPruned` to have it told ``state="pruned"`` with
         its last reported value. A coroutine objective gets an
-        :class:`~client.AsyncReporter` (``await reporter.report(step, value)``);
-        a plain one, running in its thread, a :class:`~client.Reporter` whose
+        :class:`~calibo.AsyncReporter` (``await reporter.report(step, value)``);
+        a plain one, running in its thread, a :class:`~calibo.Reporter` whose
         ``report(step, value)`` blocks that thread while the report is sent on
         this event loop.
         """
@@ -364,7 +381,7 @@ class AsyncClient:
 
     async def _heartbeats(self, study_id: int, running: Running, interval: float) -> None:
         while True:
-            await asyncio.sleep(interval)
+            await _sleep(interval)
             for trial_id in running.snapshot():
                 try:
                     await self.heartbeat(study_id, trial_id)

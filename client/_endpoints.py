@@ -12,14 +12,15 @@ from typing import Any
 import httpx
 
 from ._core import Call, invalid_response, json_object, no_content
-from .models import Trial
+from .models import Trial, TrialRecord
 
 TRIAL_STATES = ("failed", "pruned")
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
-# A study is named by its id or by its view (a dict with "id"); a trial by its id or a Trial.
-StudyRef = int | dict[str, Any]
-TrialRef = int | Trial
+# A study is named by its id, its view (a dict with "id") or a Study handle; a trial by its id,
+# a Trial or a TrialRecord.
+StudyRef = Any
+TrialRef = Any
 
 
 def _ident(value: Any, what: str) -> int:
@@ -34,17 +35,19 @@ def _ident(value: Any, what: str) -> int:
 
 
 def study_id_of(study: Any) -> int:
-    """The id of a study given as an id or as a study view dict."""
+    """The id of a study given as an id, a study view dict or a ``Study`` handle."""
     if isinstance(study, dict):
         if "id" not in study:
             raise ValueError("a study view needs an 'id'")
         return _ident(study["id"], "study['id']")
+    if isinstance(getattr(study, "view", None), dict):  # Study / AsyncStudy
+        return _ident(study.id, "study.id")
     return _ident(study, "study")
 
 
 def trial_id_of(trial: Any) -> int:
-    """The id of a trial given as an id or as a :class:`Trial`."""
-    if isinstance(trial, Trial):
+    """The id of a trial given as an id, a :class:`Trial` or a :class:`TrialRecord`."""
+    if isinstance(trial, Trial | TrialRecord):
         return trial.id
     return _ident(trial, "trial_id")
 
@@ -127,6 +130,10 @@ def list_studies(offset: int = 0, name: str | None = None) -> Call[dict[str, Any
 
 def get_study(study_id: StudyRef) -> Call[dict[str, Any]]:
     return Call("GET", _study(study_id), json_object)
+
+
+def get_trial(study_id: StudyRef, trial_id: TrialRef) -> Call[dict[str, Any]]:
+    return Call("GET", _trial(study_id, trial_id), json_object)
 
 
 def delete_study(study_id: StudyRef) -> Call[None]:

@@ -58,8 +58,8 @@ class Reporter(_Reported):
 
     ``report(step, value)`` sends ``value`` at ``step`` (an int >= 0: epoch,
     iteration, resource used) and returns the server's ``should_prune``; stop by
-    raising :class:`~client.TrialPruned`. A call that fails raises the client's
-    error (:class:`~client.Conflict` for another value at a step already
+    raising :class:`~calibo.TrialPruned`. A call that fails raises the client's
+    error (:class:`~calibo.Conflict` for another value at a step already
     reported or a finished trial) and changes neither ``last`` nor
     ``should_prune``. ``send(step, value) -> bool`` does the call; to test an
     objective offline, ``Reporter(trial, lambda step, value: False)``.

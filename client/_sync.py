@@ -28,7 +28,8 @@ from ._optimize import (
     wants_reporter,
     worker_id,
 )
-from .errors import CaliboError, TrialPruned
+from ._study import Study
+from .errors import CaliboError, NotFound, TrialPruned
 from .models import Trial
 
 __all__ = ["Client"]
@@ -40,7 +41,7 @@ Objective = Callable[[dict[str, Any]], float] | Callable[[dict[str, Any], Report
 class Client:
     """Blocking client for a calibo server.
 
-    Every call raises a :class:`~client.errors.CaliboError` subclass on failure.
+    Every call raises a :class:`~calibo.CaliboError` subclass on failure.
     Every call is safe to repeat (``ask`` sends an ``Idempotency-Key``, the same
     on each try) and is retried on connection errors and on 502/503/504 with
     exponential backoff, honouring ``Retry-After``, until ``retry_deadline``
@@ -122,16 +123,17 @@ class Client:
         seed: int | None = None,
         settings: dict[str, Any] | None = None,
         pruner: str | dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Create a study, or get the existing one with the same definition.
+    ) -> Study:
+        """Create a study, or get the existing one with the same definition; a :class:`~calibo.Study`
+        handle on it (its server view is ``study.view``).
 
-        Raises :class:`~client.errors.Conflict` (``name_conflict``) when ``name``
+        Every worker of a crowd may call it with the same arguments. Raises :class:`~calibo.Conflict` (``name_conflict``) when ``name``
         exists with a different definition. Options left as None are not sent.
         ``pruner`` is a name (``"none"``, ``"median"``, ``"sh"``, ``"hb"``, ``"sh+"``,
         ``"hb+"``) or a dict with its ``"name"`` and options, e.g. ``{"name": "sh+",
         "min_resource": 1, "max_resource": 27, "reduction_factor": 3}``.
         """
-        return self._run(
+        return Study(self, self._run(
             api.create_study(
                 name,
                 space,
@@ -141,11 +143,24 @@ class Client:
                 seed=seed,
                 settings=settings,
                 pruner=pruner,
-            )
-        )
+            ),
+        ))
 
     def get_study(self, study_id: StudyRef) -> dict[str, Any]:
         return self._run(api.get_study(study_id))
+
+    def load_study(self, study: int | str) -> Study:
+        """A handle on an existing study, by id or by name (NotFound when there is none)."""
+        if isinstance(study, str) and not study.strip().isdigit():
+            found = [s for s in self.list_studies(name=study) if s.get("name") == study]
+            if not found:
+                raise NotFound(f"no study named {study!r}", status=404, code="not_found", field="study")
+            study = found[0]["id"]
+        return Study(self, self.get_study(study))
+
+    def get_trial(self, study_id: StudyRef, trial_id: TrialRef) -> dict[str, Any]:
+        """One trial's view."""
+        return self._run(api.get_trial(study_id, trial_id))
 
     def list_studies(self, name: str | None = None) -> list[dict[str, Any]]:
         """Every study's summary, all pages (or only the study named ``name``)."""
@@ -187,7 +202,7 @@ class Client:
         """Finish a trial with its ``value``, or ``state="failed"`` / ``"pruned"``.
 
         Telling the same thing twice is harmless; telling something different for a
-        finished trial raises :class:`~client.errors.Conflict`.
+        finished trial raises :class:`~calibo.Conflict`.
         """
         return self._run(api.tell(study_id, trial_id, value, state))
 
@@ -198,7 +213,7 @@ class Client:
         finite number (NaN or infinity raise ValueError, unsent). Reporting a step
         again with the same value answers the same decision (so retries are safe);
         another value for a reported step, or any report for a finished trial
-        (``trial_finished``), raises :class:`~client.errors.Conflict`. To act on a
+        (``trial_finished``), raises :class:`~calibo.Conflict`. To act on a
         True, tell the trial ``state="pruned"`` (with its last value).
         """
         return self._run(api.report(study_id, trial_id, step, value))
@@ -253,10 +268,10 @@ class Client:
         calling thread. Returns the finished trial views in the order told.
 
         Pruning: an objective with two positional parameters, ``objective(params,
-        reporter)``, gets a :class:`~client.Reporter` for its trial:
+        reporter)``, gets a :class:`~calibo.Reporter` for its trial:
         ``reporter.report(step, value)`` returns the server's ``should_prune``
         (also kept in ``reporter.should_prune``, the last report in
-        ``reporter.last``). An objective that raises :class:`~client.TrialPruned`
+        ``reporter.last``). An objective that raises :class:`~calibo.TrialPruned`
         (whether or not ``catch`` names it) has its trial told
         ``state="pruned"`` with the last value reported, if any, and the loop
         goes on; its view (``"state": "pruned"``) is in the results and passed to

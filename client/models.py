@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-__all__ = ["Trial"]
+__all__ = ["Trial", "TrialRecord"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,4 +32,69 @@ class Trial:
             params=dict(data["params"]),
             prediction=dict(prediction) if isinstance(prediction, dict) else None,
             study_id=int(data.get("study_id", study_id)),
+        )
+
+
+def _time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRecord:
+    """A trial as the server stores it: what listings, ``tell`` and ``best_trial`` answer.
+
+    ``state`` is ``running``, ``waiting`` (enqueued, not handed out yet), ``complete``,
+    ``failed`` or ``pruned``; ``value`` the told objective (None while running or when
+    failed); ``values`` the objectives of a multi-objective study; ``constraints`` the
+    told constraint values (feasible when every one is <= 0); ``prediction`` what the
+    surrogate forecast at ask (None in the warm start and for added trials). ``raw`` is
+    the server's JSON view as it came.
+    """
+
+    id: int
+    number: int
+    state: str
+    params: dict[str, Any]
+    value: float | None
+    study_id: int
+    prediction: dict[str, Any] | None = None
+    values: list[float] | None = None
+    constraints: list[float] | None = None
+    user_attrs: dict[str, Any] = field(default_factory=dict)
+    worker_id: str | None = None
+    asked_at: datetime | None = None
+    finished_at: datetime | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def feasible(self) -> bool:
+        """Whether every told constraint is <= 0 (a trial without constraints is feasible)."""
+        return all(c <= 0 for c in self.constraints or ())
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any], study_id: int) -> TrialRecord:
+        prediction = data.get("prediction")
+        values = data.get("values")
+        constraints = data.get("constraints")
+        value = data.get("value")
+        return cls(
+            id=int(data["id"]),
+            number=int(data["number"]),
+            state=str(data.get("state", "")),
+            params=dict(data.get("params") or {}),
+            value=float(value) if isinstance(value, int | float) else None,
+            study_id=int(data.get("study_id", study_id)),
+            prediction=dict(prediction) if isinstance(prediction, dict) else None,
+            values=[float(v) for v in values] if isinstance(values, list) else None,
+            constraints=[float(c) for c in constraints] if isinstance(constraints, list) else None,
+            user_attrs=dict(data.get("user_attrs") or {}),
+            worker_id=data.get("worker_id"),
+            asked_at=_time(data.get("asked_at")),
+            finished_at=_time(data.get("finished_at")),
+            raw=dict(data),
         )

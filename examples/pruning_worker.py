@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from client import CaliboError, Client, Conflict, Reporter, TrialPruned
+from calibo import CaliboError, Client, Conflict, Reporter, TrialPruned, TrialRecord
 
 SPACE: dict[str, Any] = {
     "alpha": {"type": "float", "low": 1e-6, "high": 1e-1, "log": True},
@@ -121,12 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     objective = make_objective(args.epochs, args.seed)
     printing = threading.Lock()
 
-    def show(trial: dict[str, Any]) -> None:
-        value = trial.get("value")
+    def show(trial: TrialRecord) -> None:
+        value = trial.value
         shown = f"{value:.4f}" if isinstance(value, (int, float)) else "-"
-        params = ", ".join(f"{k}={_fmt(v)}" for k, v in trial["params"].items())
+        params = ", ".join(f"{k}={_fmt(v)}" for k, v in trial.params.items())
         with printing:
-            print(f"trial {trial['number']:>4}  {trial['state']:<8} {shown:>9}  {params}")
+            print(f"trial {trial.number:>4}  {trial.state:<8} {shown:>9}  {params}")
 
     with Client(args.url, token=args.token) as calibo:
         try:
@@ -144,28 +144,28 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cannot create study {args.study!r} on {args.url}: {exc}", file=sys.stderr)
             return 1
         print(
-            f"study {study['name']!r} (id {study['id']}) on {args.url}: {args.trials} trials "
+            f"study {study.name!r} (id {study.id}) on {args.url}: {args.trials} trials "
             f"of up to {args.epochs} epochs, pruner sh+"
         )
         try:
-            results = calibo.optimize(
-                study, objective, n_trials=args.trials, n_workers=args.workers, callback=show
+            results = study.optimize(
+                objective, n_trials=args.trials, n_workers=args.workers, callback=show
             )
         except CaliboError as exc:
             print(f"stopped: {exc}", file=sys.stderr)
             return 1
-        states = Counter(r["state"] for r in results)
+        states = Counter(r.state for r in results)
         print(
             f"this machine: {states['complete']} complete, {states['pruned']} pruned, "
             f"{states['failed']} failed"
         )
-        best = calibo.get_study(study["id"]).get("best_trial")
+        best = study.best_trial
         if best is None:
             print("no complete trial yet")
         else:
-            params = ", ".join(f"{k}={_fmt(v)}" for k, v in best["params"].items())
+            params = ", ".join(f"{k}={_fmt(v)}" for k, v in best.params.items())
             print(
-                f"best so far (all machines): trial {best['number']} log loss {best['value']:.4f}"
+                f"best so far (all machines): trial {best.number} log loss {best.value:.4f}"
             )
             print(f"  {params}")
     return 0

@@ -35,7 +35,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from client import CaliboError, Client, Conflict
+from calibo import CaliboError, Client, Conflict, TrialRecord
 
 BRANIN_SPACE: dict[str, Any] = {
     "x1": {"type": "float", "low": -5.0, "high": 10.0},
@@ -127,12 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     objective = build()
     printing = threading.Lock()
 
-    def show(trial: dict[str, Any]) -> None:
-        value = trial.get("value")
+    def show(trial: TrialRecord) -> None:
+        value = trial.value
         shown = f"{value:.6g}" if isinstance(value, (int, float)) else "-"
-        params = ", ".join(f"{k}={_fmt(v)}" for k, v in trial["params"].items())
+        params = ", ".join(f"{k}={_fmt(v)}" for k, v in trial.params.items())
         with printing:
-            print(f"trial {trial['number']:>4}  {trial['state']:<8} {shown:>12}  {params}")
+            print(f"trial {trial.number:>4}  {trial.state:<8} {shown:>12}  {params}")
 
     with Client(args.url, token=args.token) as calibo:
         try:
@@ -154,22 +154,22 @@ def main(argv: list[str] | None = None) -> int:
         except CaliboError as exc:
             print(f"cannot create study {args.study!r} on {args.url}: {exc}", file=sys.stderr)
             return 1
-        print(f"study {study['name']!r} (id {study['id']}) on {args.url}: {args.trials} trials")
+        print(f"study {study.name!r} (id {study.id}) on {args.url}: {args.trials} trials")
         try:
-            results = calibo.optimize(
-                study, objective, n_trials=args.trials, n_workers=args.workers, callback=show
+            results = study.optimize(
+                objective, n_trials=args.trials, n_workers=args.workers, callback=show
             )
         except CaliboError as exc:
             print(f"stopped: {exc}", file=sys.stderr)
             return 1
-        done = [r for r in results if r["state"] == "complete"]
+        done = [r for r in results if r.state == "complete"]
         print(f"this machine: {len(done)} complete, {len(results) - len(done)} failed")
-        best = calibo.get_study(study["id"]).get("best_trial")
+        best = study.best_trial
         if best is None:
             print("no complete trial yet")
         else:
-            params = ", ".join(f"{k}={_fmt(v)}" for k, v in best["params"].items())
-            print(f"best so far (all machines): trial {best['number']} value {best['value']:.6g}")
+            params = ", ".join(f"{k}={_fmt(v)}" for k, v in best.params.items())
+            print(f"best so far (all machines): trial {best.number} value {best.value:.6g}")
             print(f"  {params}")
     return 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from service.storage.models import Base, calibo_owns
+from calibo.server.storage.models import Base, calibo_owns
 
 config = context.config
 target_metadata = Base.metadata
@@ -34,7 +34,7 @@ def run_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    from service.storage.db import make_engine
+    from calibo.server.storage.db import make_engine
 
     engine = make_engine(config.get_main_option("sqlalchemy.url"))
     try:

@@ -14,7 +14,8 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from . import __version__
+from calibo import __version__
+
 from .api import AUTH_DOC, errors, router
 from .api.middleware import BearerAuth, BodyLimit, CatchAll, RequestContext
 from .api.schemas import Health

@@ -21,7 +21,7 @@ def _branin(p: dict) -> float:
 
 def demo(args: argparse.Namespace) -> int:
     """Minimise Branin in-process and show each suggestion with its calibrated interval."""
-    from service.engine import Optimizer
+    from calibo.engine import Optimizer
 
     space = {"x1": {"type": "float", "low": -5, "high": 10}, "x2": {"type": "float", "low": 0, "high": 15}}
     opt = Optimizer(space, seed=args.seed, **({"surrogate": args.surrogate} if args.surrogate else {}))
@@ -46,7 +46,7 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def _settings(args: argparse.Namespace):
-    from service.config import Settings
+    from calibo.server.config import Settings
 
     over = {k: v for k, v in (("database_url", getattr(args, "database_url", None)),
                               ("workers", getattr(args, "workers", None)),
@@ -59,7 +59,7 @@ def configure_logging(settings) -> None:
     """Text or JSON lines (CALIBO_LOG_FORMAT) at CALIBO_LOG_LEVEL; chatty libraries at warning."""
     import logging
 
-    from service.logs import configure
+    from calibo.server.logs import configure
 
     configure(settings.log_level, settings.log_format)
     if settings.log_level != "debug":
@@ -73,8 +73,8 @@ def serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from service.app import create_app
-    from service.server import uvicorn_config
+    from calibo.server.app import create_app
+    from calibo.server.server import uvicorn_config
 
     settings = _settings(args)
     configure_logging(settings)
@@ -106,7 +106,7 @@ def worker(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     if args.check:  # the container healthcheck: did this node's worker pass its watch lately?
-        from service.workers.worker import check_alive
+        from calibo.server.workers.worker import check_alive
 
         alive = check_alive(settings.worker_alive_file, 3 * settings.worker_heartbeat_seconds)
         print("calibo worker: " + ("alive" if alive else f"no heartbeat in {settings.worker_alive_file}"))
@@ -116,7 +116,7 @@ def worker(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     configure_logging(settings)
-    from service.workers.worker import FitWorker
+    from calibo.server.workers.worker import FitWorker
 
     FitWorker(settings.database_url, concurrency=args.concurrency or settings.worker_concurrency,
               retries=settings.fit_retries, heartbeat=settings.worker_heartbeat_seconds,
@@ -128,7 +128,7 @@ def worker(args: argparse.Namespace) -> int:
 
 def migrate(args: argparse.Namespace) -> int:
     """Bring the database schema to the newest migration and exit."""
-    from service.storage import make_engine, upgrade
+    from calibo.server.storage import make_engine, upgrade
 
     settings = _settings(args)
     engine = make_engine(settings.database_url)

@@ -1,7 +1,7 @@
 """Errors the service answers with: each carries its HTTP status, a code and the field at fault.
 
 Raised by storage and by the study logic, turned into the wire contract's error
-body by ``service.api.errors``; nothing here knows about HTTP frameworks.
+body by ``calibo.server.api.errors``; nothing here knows about HTTP frameworks.
 """
 
 from __future__ import annotations

@@ -126,9 +126,9 @@ class LiveServer:
     def start(self) -> LiveServer:
         import uvicorn
 
-        from service.app import create_app
-        from service.config import Settings
-        from service.server import uvicorn_config
+        from calibo.server.app import create_app
+        from calibo.server.config import Settings
+        from calibo.server.server import uvicorn_config
 
         settings = Settings(database_url=self.database_url, workers=self.workers, api_tokens=self.api_tokens,
                             ask_wait_seconds=self.ask_wait_seconds, **self.settings)

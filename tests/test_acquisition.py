@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from service.engine import EngineConfig, SearchSpace, Snapshot, fit, initial_states, select
-from service.engine import acquisition as acq
+from calibo.engine import EngineConfig, SearchSpace, Snapshot, fit, initial_states, select
+from calibo.engine import acquisition as acq
 
 L = 10
 LEVELS = (np.arange(L) + 0.5) / L

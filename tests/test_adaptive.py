@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from service.engine.adaptive import (
+from calibo.engine.adaptive import (
     ACIState,
     DtACIState,
     FixedState,
@@ -16,7 +16,7 @@ from service.engine.adaptive import (
     state_from_dict,
     state_to_dict,
 )
-from service.engine.conformal import beta_from_points, interval_from_points
+from calibo.engine.conformal import beta_from_points, interval_from_points
 
 TARGET = 0.2  # 80% intervals
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from conftest import LiveServer, unique
 
-from service.api.schemas import AskResponse, TrialView
+from calibo.server.api.schemas import AskResponse, TrialView
 
 BRANIN = {"x1": {"type": "float", "low": -5, "high": 10}, "x2": {"type": "float", "low": 0, "high": 15}}
 MIXED = {"lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from service.batching import GroupCommit
+from calibo.server.batching import GroupCommit
 
 
 def test_every_caller_gets_its_own_result_and_batches_form_under_contention() -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from client import (
+from calibo import (
     AsyncClient,
     CaliboError,
     Client,
@@ -37,7 +37,7 @@ from client import (
     Trial,
     Unauthorized,
 )
-from client._core import RetryPolicy, parse_retry_after
+from calibo._core import RetryPolicy, parse_retry_after
 
 URL = "http://calibo.test"
 SPACE = {"x": {"type": "float", "low": -5.0, "high": 10.0}}
@@ -394,7 +394,7 @@ def test_deadline_ends_the_retries_at_the_deadline_not_before(
     monkeypatch: pytest.MonkeyPatch, outcome: httpx.Response | Exception, raised: type
 ) -> None:
     clock = FakeClock()
-    monkeypatch.setattr("client._sync.time", types.SimpleNamespace(sleep=clock.sleep))
+    monkeypatch.setattr("calibo._sync.time", types.SimpleNamespace(sleep=clock.sleep))
     handler = Script(outcome)
     with sync_client(
         handler, retries=None, retry_deadline=20.0, backoff=1.0, max_backoff=4.0
@@ -414,7 +414,7 @@ def test_deadline_ends_the_retries_at_the_deadline_not_before(
 
 def test_deadline_with_retry_after_and_a_count_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
-    monkeypatch.setattr("client._sync.time", types.SimpleNamespace(sleep=clock.sleep))
+    monkeypatch.setattr("calibo._sync.time", types.SimpleNamespace(sleep=clock.sleep))
     busy = httpx.Response(503, headers={"Retry-After": "3"})
     handler = Script(busy)
     with sync_client(handler, retries=None, retry_deadline=10.0) as calibo:
@@ -448,7 +448,7 @@ def test_deadline_with_retry_after_and_a_count_limit(monkeypatch: pytest.MonkeyP
 
 def test_async_deadline_and_503_then_200(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
-    monkeypatch.setattr(asyncio, "sleep", clock.asleep)
+    monkeypatch.setattr("calibo._async._sleep", clock.asleep)
 
     async def main() -> None:
         handler = Script(httpx.Response(503, headers={"Retry-After": "4"}))
@@ -602,10 +602,8 @@ def test_token_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_create_study_omits_unset_optionals() -> None:
     handler = Script(httpx.Response(201, json={"id": 1}), httpx.Response(200, json={"id": 1}))
     with sync_client(handler) as calibo:
-        assert calibo.create_study("s", SPACE) == {"id": 1}
-        assert calibo.create_study("s", SPACE, "maximize", seed=0, settings={"n_warmup": 5}) == {
-            "id": 1
-        }
+        assert calibo.create_study("s", SPACE).view == {"id": 1}
+        assert calibo.create_study("s", SPACE, "maximize", seed=0, settings={"n_warmup": 5}).id == 1
     first, second = (json.loads(r.content) for r in handler.requests)
     assert first == {"name": "s", "space": SPACE, "direction": "minimize"}
     assert second == {
@@ -621,7 +619,7 @@ def test_create_study_omits_unset_optionals() -> None:
 def test_create_study_retried_and_conflict_raised() -> None:
     handler = Script(httpx.ReadError("reset"), httpx.Response(200, json={"id": 2}))
     with sync_client(handler) as calibo:
-        assert calibo.create_study("s", SPACE)["id"] == 2
+        assert calibo.create_study("s", SPACE).id == 2
     assert handler.calls == 2
     handler = Script(error(409, "name_conflict", "different definition", "name"))
     with sync_client(handler) as calibo, pytest.raises(Conflict) as info:
@@ -719,7 +717,7 @@ def test_optimize_tells_failed_on_a_caught_exception_and_goes_on() -> None:
 
     with sync_client(server) as calibo:
         results = calibo.optimize(
-            {"id": calibo.create_study("s", SPACE)["id"]},
+            {"id": calibo.create_study("s", SPACE).id},
             objective,
             n_trials=10,
             n_workers=3,
@@ -959,7 +957,7 @@ def test_async_token_create_and_pages(monkeypatch: pytest.MonkeyPatch) -> None:
         async with async_client(spy, token="t0k") as calibo:
             study = await calibo.create_study("s", SPACE, seed=3)
             await calibo.ask(study, count=5)
-            ids = [t["id"] async for t in calibo.iter_trials(study["id"], page_size=2)]
+            ids = [t["id"] async for t in calibo.iter_trials(study.id, page_size=2)]
         assert ids == [1, 2, 3, 4, 5]
         assert json.loads(seen[0].content) == {
             "name": "s",
@@ -992,7 +990,7 @@ def test_async_optimize_plain_and_coroutine_objectives() -> None:
             study = await calibo.create_study("s", SPACE)
             first = await calibo.optimize(study, plain, n_trials=20, n_workers=4)
             second = await calibo.optimize(
-                study["id"], coroutine, n_trials=15, n_workers=5, catch=(ArithmeticError,)
+                study.id, coroutine, n_trials=15, n_workers=5, catch=(ArithmeticError,)
             )
         assert len(first) == 20 and len(second) == 15
         assert server.asks == 35 and len(server.tells) == 35

@@ -1,4 +1,4 @@
-"""The client's retry decisions (``client._core``) driven directly, on a fake clock."""
+"""The client's retry decisions (``calibo._core``) driven directly, on a fake clock."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import random
 import httpx
 import pytest
 
-from client import ConnectionFailed, NotFound, ServerError
-from client import _endpoints as api
-from client._core import Attempts, RetryPolicy
-from client._optimize import Running, ends_heartbeats
-from client.errors import Conflict
+from calibo import ConnectionFailed, NotFound, ServerError
+from calibo import _endpoints as api
+from calibo._core import Attempts, RetryPolicy
+from calibo._optimize import Running, ends_heartbeats
+from calibo.errors import Conflict
 
 
 class Clock:

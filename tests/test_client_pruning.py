@@ -21,7 +21,7 @@ import httpx
 import pytest
 from test_client import Script, async_client, error, sync_client, unavailable
 
-from client import (
+from calibo import (
     AsyncReporter,
     CaliboError,
     Conflict,
@@ -31,7 +31,7 @@ from client import (
     Trial,
     TrialPruned,
 )
-from client._optimize import is_coroutine_callable, wants_reporter
+from calibo._optimize import is_coroutine_callable, wants_reporter
 
 SPACE = {"x": {"type": "float", "low": 0.0, "high": 100.0}}
 

@@ -74,7 +74,7 @@ class Cluster:
 
     def start(self, name: str, args: list[str], **extra: str) -> Proc:
         log = self.tmp / f"{name}.log"
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli", *args], env=self.env(**extra),
+        proc = subprocess.Popen([sys.executable, "-m", "calibo.server.cli", *args], env=self.env(**extra),
                                 stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
         p = self.procs[name] = Proc(name, proc, log)
         return p
@@ -237,7 +237,7 @@ def test_a_sequential_user_gets_fresh_fits_across_replicas(cluster: Cluster) -> 
 def test_queue_mode_needs_postgresql() -> None:
     from pydantic import ValidationError
 
-    from service.config import Settings
+    from calibo.server.config import Settings
 
     with pytest.raises(ValidationError, match="needs PostgreSQL"):
         Settings(database_url="sqlite:///x.db", worker_mode="queue")
@@ -306,9 +306,9 @@ def test_kill_9_of_a_worker_mid_fit(cluster: Cluster) -> None:
 @pytest.fixture
 def queue_db(pg_databases) -> Iterator[tuple[str, object, int]]:
     """A fresh migrated PostgreSQL database with one study past warm-up, and no worker."""
-    from service.config import Settings
-    from service.storage import Storage
-    from service.studies import StudyService
+    from calibo.server.config import Settings
+    from calibo.server.storage import Storage
+    from calibo.server.studies import StudyService
 
     url = pg_databases.create()
     storage = Storage(url)
@@ -319,7 +319,7 @@ def queue_db(pg_databases) -> Iterator[tuple[str, object, int]]:
 
 
 def test_requests_coalesce_into_one_waiting_job(queue_db) -> None:
-    from service.workers.queue import QueueFits, fit_lock
+    from calibo.server.workers.queue import QueueFits, fit_lock
 
     url, storage, sid = queue_db
     fits = QueueFits(storage, url)
@@ -337,8 +337,8 @@ def test_requests_coalesce_into_one_waiting_job(queue_db) -> None:
 
 
 def test_a_failed_fit_is_recorded_and_retried_with_backoff(queue_db, monkeypatch) -> None:
-    from service.workers import worker as worker_mod
-    from service.workers.worker import FitWorker
+    from calibo.server.workers import worker as worker_mod
+    from calibo.server.workers.worker import FitWorker
 
     url, storage, sid = queue_db
 
@@ -366,7 +366,7 @@ def test_a_failed_fit_is_recorded_and_retried_with_backoff(queue_db, monkeypatch
 def test_lagging_studies_with_no_fit_queued_are_queued_again(queue_db) -> None:
     """The API's housekeeping re-queues a study whose snapshot lags its tells when no fit of it is
     queued (an API killed between a tell and its defer), but not one whose last fit failed."""
-    from service.workers.queue import QueueFits
+    from calibo.server.workers.queue import QueueFits
 
     url, storage, sid = queue_db
     sql(url, "UPDATE studies SET n_complete = 10 WHERE id = %s", sid)  # 10 tells, no fit

@@ -121,8 +121,8 @@ def test_the_first_ask_after_the_warm_start_gets_a_prediction_within_a_fit_time(
 
 
 def test_a_thread_pool_is_ready_at_once_and_a_closed_pool_is_down(tmp_path: Path) -> None:
-    from service.storage import Storage
-    from service.workers import FitPool
+    from calibo.server.storage import Storage
+    from calibo.server.workers import FitPool
 
     st = Storage(f"sqlite:///{tmp_path / 'p.db'}")
     try:

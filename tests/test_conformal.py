@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.engine.conformal import (
+from calibo.engine.conformal import (
     Bounds,
     beta_from_points,
     check_levels,
@@ -19,8 +19,8 @@ from service.engine.conformal import (
     pair_alphas,
     schedule,
 )
-from service.engine.surrogates import make_surrogate
-from service.engine.surrogates.base import BaseSurrogate
+from calibo.engine.surrogates import make_surrogate
+from calibo.engine.surrogates.base import BaseSurrogate
 
 LEVELS = np.array([0.1, 0.25, 0.75, 0.9])  # pairs: 80% and 50% intervals
 NOMINAL = np.array([0.8, 0.5])

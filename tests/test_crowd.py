@@ -10,8 +10,8 @@ import pytest
 from conftest import LiveServer, unique
 from test_api import BRANIN, MIXED, branin
 
-from service.engine import EngineConfig, Optimizer, SearchSpace, fit, initial_states, select
-from service.engine.crowd import CROWD_MODES, Believer, Crowd, lipschitz, penalty
+from calibo.engine import EngineConfig, Optimizer, SearchSpace, fit, initial_states, select
+from calibo.engine.crowd import CROWD_MODES, Believer, Crowd, lipschitz, penalty
 
 LINE = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
 FAST = {"n_warmup": 6, "conformalize_from": 10, "split_from": 16, "n_candidates": 300}
@@ -145,7 +145,7 @@ def test_believer_falls_back_to_penalisation_without_a_gp() -> None:
 
 
 def test_unknown_crowd_mode_is_a_config_error() -> None:
-    from service.engine import ConfigError
+    from calibo.engine import ConfigError
 
     with pytest.raises(ConfigError) as e:
         EngineConfig(crowd="nearest")

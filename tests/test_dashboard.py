@@ -135,7 +135,7 @@ def test_vendored_chart_library_matches_its_record() -> None:
 
 def test_static_files_are_package_data() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    patterns = config["tool"]["setuptools"]["package-data"]["service.dashboard"]
+    patterns = config["tool"]["setuptools"]["package-data"]["calibo.server.dashboard"]
     files = [p.relative_to(STATIC.parent).as_posix() for p in STATIC.rglob("*") if p.is_file()]
     assert files
     for f in files:

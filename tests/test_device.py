@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from test_api import BRANIN, ask, create, tell, wait_fitted
 
-from service.engine import EngineConfig, SearchSpace, fit
-from service.engine import device as devices
-from service.engine.surrogates import SURROGATES
-from service.engine.surrogates.qgp import QGP
+from calibo.engine import EngineConfig, SearchSpace, fit
+from calibo.engine import device as devices
+from calibo.engine.surrogates import SURROGATES
+from calibo.engine.surrogates.qgp import QGP
 
 SPACE = SearchSpace.from_dict({"x": {"type": "float", "low": 0, "high": 1},
                                "y": {"type": "float", "low": 0, "high": 1}})

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from service.storage import Storage
-from service.workers import FitPool
+from calibo.server.storage import Storage
+from calibo.server.workers import FitPool
 
 CALLS: list[int] = []
 GATE = threading.Event()

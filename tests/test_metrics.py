@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from service.engine import Optimizer
-from service.engine import metrics as M
+from calibo.engine import Optimizer
+from calibo.engine import metrics as M
 
 
 def test_coverage_breach_and_rolling_error() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import wilcoxon
 
-from service.engine import ConfigError, EngineConfig, Optimizer, ParamError, SearchSpace
+from calibo.engine import ConfigError, EngineConfig, Optimizer, ParamError, SearchSpace
 
 BRANIN_SPACE = {"x1": {"type": "float", "low": -5, "high": 10}, "x2": {"type": "float", "low": 0, "high": 15}}
 MIXED_SPACE = {
@@ -195,7 +195,7 @@ def test_minimizing_f_and_maximizing_minus_f_suggest_the_same(acquisition: str) 
 
 def test_used_up_candidates_fall_back_to_quasi_random_points() -> None:
     """A crowd can outrun the fits: asks keep getting fresh configurations, unpredicted."""
-    from service.engine import fit, initial_states, select
+    from calibo.engine import fit, initial_states, select
 
     space = SearchSpace.from_dict(BRANIN_SPACE)
     obs = [(p, branin(p)) for p in space.from_unit(space.sample(20, 0))]

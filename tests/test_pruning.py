@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.engine.errors import FieldError
-from service.engine.pruning import (
+from calibo.engine.errors import FieldError
+from calibo.engine.pruning import (
     PRUNERS,
     Curve,
     PrunerConfig,

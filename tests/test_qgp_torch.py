@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.engine.surrogates import QGP, make_surrogate
+from calibo.engine.surrogates import QGP, make_surrogate
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("gpytorch")
 
-from service.engine.surrogates import gp_torch  # noqa: E402
+from calibo.engine.surrogates import gp_torch  # noqa: E402
 
 LEVELS = (np.arange(10) + 0.5) / 10
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -150,7 +150,7 @@ def test_fold_clone_across_backends() -> None:
 
 
 def test_conformal_folds_with_the_torch_backend() -> None:
-    from service.engine.conformal import conformalize
+    from calibo.engine.conformal import conformalize
 
     X, y, _ = data(45, 10)
 
@@ -189,7 +189,7 @@ def test_cuda_sgpr_matches_cpu() -> None:
 
 
 def test_importing_the_engine_does_not_import_torch() -> None:
-    code = ("import sys, service.engine, service.engine.surrogates, service.engine.optimizer; "
+    code = ("import sys, calibo.engine, calibo.engine.surrogates, calibo.engine.optimizer; "
             "print('torch' in sys.modules, 'gpytorch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True, timeout=120)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.linear_model import QuantileRegressor
 
-from service.engine.surrogates.ql import objective, pinball_lasso
+from calibo.engine.surrogates.ql import objective, pinball_lasso
 
 
 @pytest.mark.parametrize(("n", "d", "lam"), [(25, 3, 0.01), (60, 6, 0.01), (200, 10, 0.05)])

@@ -8,10 +8,10 @@ from scipy.stats import norm
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
-from service.engine.recalibration import Recalibrator, gaussian_levels, gaussian_pit
-from service.engine.surrogates import gp_recal, make_surrogate
-from service.engine.surrogates.gp_recal import GPRecal, closed_form_forecasts
-from service.engine.surrogates.qgp import QGP
+from calibo.engine.recalibration import Recalibrator, gaussian_levels, gaussian_pit
+from calibo.engine.surrogates import gp_recal, make_surrogate
+from calibo.engine.surrogates.gp_recal import GPRecal, closed_form_forecasts
+from calibo.engine.surrogates.qgp import QGP
 
 LEVELS = (np.arange(10) + 0.5) / 10
 NOMINAL = 1 - 2 * LEVELS[:5]  # central coverage of the pairs (i, 9 - i)

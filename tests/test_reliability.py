@@ -366,10 +366,10 @@ def test_a_failed_transaction_does_not_leave_the_finished_keys_cache_ahead(tmp_p
     import asyncio
     from contextlib import contextmanager
 
-    from service.config import Settings
-    from service.errors import Unavailable
-    from service.storage import Storage
-    from service.studies import StudyService
+    from calibo.server.config import Settings
+    from calibo.server.errors import Unavailable
+    from calibo.server.storage import Storage
+    from calibo.server.studies import StudyService
 
     storage = Storage(f"sqlite:///{tmp_path / 'keys.db'}")
     svc = StudyService(Settings(database_url="sqlite://"), storage, None)

@@ -132,7 +132,7 @@ def test_pruned_values_feed_the_surrogate_only_when_asked(http: httpx.Client) ->
 def test_client_optimize_prunes_through_the_server(http: httpx.Client) -> None:
     """The client's optimize hands a two-parameter objective a reporter; the server's hyperband
     stops the poor curves, which end pruned with their last value, and the rest complete."""
-    from client import Client, TrialPruned
+    from calibo import Client, TrialPruned
 
     def objective(params: dict, reporter) -> float:
         final = (params["x1"] - 3) ** 2 / 50 + (params["x2"] - 2) ** 2 / 100
@@ -151,7 +151,7 @@ def test_client_optimize_prunes_through_the_server(http: httpx.Client) -> None:
     for t in done:
         if t["state"] == "pruned":  # told with its last reported value
             assert t["value"] is not None
-    view = http.get(f"/v1/studies/{study['id']}").json()
+    view = http.get(f"/v1/studies/{study.id}").json()
     assert view["trials"]["pruned"] == states.count("pruned")
 
 

@@ -22,7 +22,7 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{port}"
         env = {**os.environ, "CALIBO_DATABASE_URL": database_url, "CALIBO_WORKERS": "1", **(env or {})}
         self.log = log.open("ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "calibo.server.cli", "serve", "--port", str(port)],
                                      env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while True:
@@ -123,7 +123,7 @@ def test_tells_that_were_never_fitted_are_fitted_after_a_restart(request: pytest
             run(http, sid, 8)
     finally:
         srv.stop(signal.SIGKILL)  # likely before the fit on 8 landed
-    from service.storage import Storage
+    from calibo.server.storage import Storage
 
     st = Storage(url, migrate=False)
     try:

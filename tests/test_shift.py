@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from service.engine import (
+from calibo.engine import (
     ACIState,
     ConfigError,
     EngineConfig,
@@ -19,9 +19,9 @@ from service.engine import (
     initial_states,
     select,
 )
-from service.engine.conformal import Bounds, beta_of, pair_interval
-from service.engine.optimizer import adapt
-from service.engine.shift import density_ratio, design_distribution
+from calibo.engine.conformal import Bounds, beta_of, pair_interval
+from calibo.engine.optimizer import adapt
+from calibo.engine.shift import density_ratio, design_distribution
 
 ALPHAS = np.r_[np.linspace(0.0, 1.0, 101), [1 / 20, 2 / 20, 10 / 20, 19 / 20, 0.9999]]
 

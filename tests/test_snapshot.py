@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from service.engine import (
+from calibo.engine import (
     ACIState,
     EngineConfig,
     SearchSpace,

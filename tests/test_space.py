@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.engine.space import UNIT_GRID, Param, ParamError, SearchSpace, SpaceError
+from calibo.engine.space import UNIT_GRID, Param, ParamError, SearchSpace, SpaceError
 
 # Deterministic example generation: the suite must not fail on one run and pass on the next.
 PROPS = settings(max_examples=60, deadline=None, derandomize=True)

@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import inspect
 
-from service.errors import Conflict, NotFound
-from service.storage import Storage, make_engine
+from calibo.server.errors import Conflict, NotFound
+from calibo.server.storage import Storage, make_engine
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def test_migrations_build_exactly_the_models(database_url: str) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from service.storage.models import Base, calibo_owns
+    from calibo.server.storage.models import Base, calibo_owns
 
     st = Storage(database_url)  # runs upgrade head
     try:
@@ -43,7 +43,7 @@ def test_migrations_build_exactly_the_models(database_url: str) -> None:
 
 
 def test_calibo_migrate_cli(database_url: str) -> None:
-    out = subprocess.run([sys.executable, "-m", "service.cli", "migrate", "--database-url", database_url],
+    out = subprocess.run([sys.executable, "-m", "calibo.server.cli", "migrate", "--database-url", database_url],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     engine = make_engine(database_url)
@@ -131,8 +131,8 @@ def test_an_existing_database_upgrades_with_its_data(tmp_path) -> None:
     from alembic import command
     from alembic.config import Config
 
-    from migrations import DIRECTORY
-    from service.storage import make_engine
+    from calibo.server.migrations import DIRECTORY
+    from calibo.server.storage import make_engine
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     cfg = Config(str(DIRECTORY / "alembic.ini"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.engine.surrogates import SURROGATES, make_surrogate
+from calibo.engine.surrogates import SURROGATES, make_surrogate
 
 LEVELS = (np.arange(10) + 0.5) / 10
 

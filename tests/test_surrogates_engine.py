@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.engine import EngineConfig, SearchSpace, Snapshot, fit, initial_states, select
-from service.engine.surrogates import SURROGATES
+from calibo.engine import EngineConfig, SearchSpace, Snapshot, fit, initial_states, select
+from calibo.engine.surrogates import SURROGATES
 
 SPACE = SearchSpace.from_dict({f"x{i}": {"type": "float", "low": 0.0, "high": 1.0} for i in range(3)})
 ALPHAS = np.array([0.1, 0.3, 0.5, 0.7, 0.9])  # the default grid's pairs: 90/70/50/30/10% intervals

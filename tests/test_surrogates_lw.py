@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.engine.conformal import Bounds, conformalize, pair_alphas
-from service.engine.surrogates import make_surrogate
+from calibo.engine.conformal import Bounds, conformalize, pair_alphas
+from calibo.engine.surrogates import make_surrogate
 
 LEVELS = (np.arange(10) + 0.5) / 10
 NAMES = ["lw-gbm", "lw-knn", "lw-rf"]

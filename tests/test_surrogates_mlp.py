@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from service.engine.conformal import Bounds, conformalize, midpoint_levels
-from service.engine.surrogates import make_surrogate
-from service.engine.surrogates import mlp as mlp_module
+from calibo.engine.conformal import Bounds, conformalize, midpoint_levels
+from calibo.engine.surrogates import make_surrogate
+from calibo.engine.surrogates import mlp as mlp_module
 from tests.test_surrogates import data, signal
 
 torch = pytest.importorskip("torch")
@@ -128,7 +128,7 @@ def test_minibatches_beyond_the_batch_size(name: str, monkeypatch: pytest.Monkey
 
 
 def test_importing_the_engine_does_not_import_torch() -> None:
-    code = "import sys, service.engine, service.engine.surrogates.mlp; print('torch' in sys.modules)"
+    code = "import sys, calibo.engine, calibo.engine.surrogates.mlp; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.service import _stop_group, _tail, free_port
+from benchmarks.service import _stop_group, _tail, cli_module, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +42,7 @@ class CaliboServer:
         t0 = time.perf_counter()
         env = {k: v for k, v in os.environ.items() if not k.startswith("CALIBO_")}
         env["CALIBO_WORKERS"] = str(self.workers)
-        cmd = [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+        cmd = [sys.executable, "-m", cli_module(self.code), "serve", "--host", "127.0.0.1", "--port", str(self.port),
                "--database-url", self.database_url, "--workers", str(self.workers)]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=self.code or ROOT, stdout=log, stderr=subprocess.STDOUT,

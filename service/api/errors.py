@@ -15,7 +15,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from ..engine.errors import FieldError
+from calibo.engine.errors import FieldError
+
 from ..errors import ServiceError
 
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",

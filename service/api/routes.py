@@ -1,7 +1,7 @@
 """The v1 routes. They call ``StudyService``, which persists first and never blocks
 on a fit longer than the study allows. Most handlers are plain functions (run on
 the thread pool); ask and tell are coroutines whose batches run on a worker
-thread (see ``service.batching``), so the hot path costs no hand-off per request."""
+thread (see ``calibo.server.batching``), so the hot path costs no hand-off per request."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Request models say in their JSON Schema exactly what the server accepts:
 every size and number is bounded (the engine's bounds come from
-``service.engine.limits``), integers are JSON integers (``1.0`` is one,
+``calibo.engine.limits``), integers are JSON integers (``1.0`` is one,
 ``"1"`` and ``true`` are not), floats are finite JSON numbers, and names are
 strings without control characters.
 """
@@ -24,10 +24,10 @@ from pydantic import (
     create_model,
 )
 
-from ..engine.acquisition import ACQUISITIONS
-from ..engine.adaptive import ADAPTERS
-from ..engine.crowd import CROWD_MODES
-from ..engine.limits import (
+from calibo.engine.acquisition import ACQUISITIONS
+from calibo.engine.adaptive import ADAPTERS
+from calibo.engine.crowd import CROWD_MODES
+from calibo.engine.limits import (
     INT_SETTINGS,
     MAX_CHOICE_TEXT,
     MAX_CHOICES,
@@ -39,10 +39,11 @@ from ..engine.limits import (
     SURROGATE_OPTIONS,
     bad_text,
 )
-from ..engine.optimizer import CONFORMAL_MODES
-from ..engine.pruning import PRUNERS
-from ..engine.shift import SHIFT_MODES
-from ..engine.surrogates import SURROGATES
+from calibo.engine.optimizer import CONFORMAL_MODES
+from calibo.engine.pruning import PRUNERS
+from calibo.engine.shift import SHIFT_MODES
+from calibo.engine.surrogates import SURROGATES
+
 from ..studies import SERVICE_SETTINGS
 
 Direction = Literal["minimize", "maximize"]

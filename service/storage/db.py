@@ -83,7 +83,7 @@ def upgrade(engine: Engine) -> None:
     from alembic import command
     from alembic.config import Config
 
-    from migrations import DIRECTORY
+    from calibo.server.migrations import DIRECTORY
 
     cfg = Config(str(DIRECTORY / "alembic.ini"))
     cfg.set_main_option("script_location", str(DIRECTORY))

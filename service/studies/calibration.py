@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import metrics
+from calibo.engine import metrics
+
 from ..storage import StudyInfo
 from .definitions import StudyDef
 

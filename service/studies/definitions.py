@@ -6,9 +6,10 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import EngineConfig, SearchSpace
-from ..engine.errors import FieldError
-from ..engine.pruning import PrunerConfig
+from calibo.engine import EngineConfig, SearchSpace
+from calibo.engine.errors import FieldError
+from calibo.engine.pruning import PrunerConfig
+
 from ..errors import InvalidRequest
 
 SERVICE_SETTINGS = {"ask_wait_seconds": (0.0, 600.0), "heartbeat_timeout_seconds": (1.0, 7 * 86400.0)}

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-from ..engine.pruning import Curve, decide, may_prune
+from calibo.engine.pruning import Curve, decide, may_prune
+
 from ..errors import Conflict, InvalidRequest
 from ..storage import Storage, StudyTx, not_alive, now
 from ..storage.models import TrialRow

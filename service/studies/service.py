@@ -1,7 +1,7 @@
 """What each request does: the service's home for the engine's select and adapt.
 
 The API turns HTTP into calls here; this module persists through
-``service.storage`` first, runs the engine's cheap steps (select at ask, adapt
+``calibo.server.storage`` first, runs the engine's cheap steps (select at ask, adapt
 at tell) inside the study's locked transaction, and hands refits to the fit
 pool. It knows nothing of HTTP.
 """
@@ -17,13 +17,14 @@ from typing import Any
 
 import anyio.to_thread
 
+from calibo.engine import EngineConfig, SearchSpace, Snapshot, adapt, initial_states, select
+from calibo.engine.adaptive import state_from_dict, state_to_dict
+from calibo.engine.errors import FieldError
+from calibo.engine.optimizer import check_value
+from calibo.engine.pruning import PrunerConfig
+
 from ..batching import GroupCommit
 from ..config import Settings
-from ..engine import EngineConfig, SearchSpace, Snapshot, adapt, initial_states, select
-from ..engine.adaptive import state_from_dict, state_to_dict
-from ..engine.errors import FieldError
-from ..engine.optimizer import check_value
-from ..engine.pruning import PrunerConfig
 from ..errors import Conflict, InvalidRequest, NotFound
 from ..storage import Storage, StudyInfo, StudyTx, expired, now
 from ..workers import FitPool

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import EngineConfig, SearchSpace, fit
+from calibo.engine import EngineConfig, SearchSpace, fit
+
 from ..storage import Storage
 
 log = logging.getLogger("calibo.workers")

@@ -16,7 +16,7 @@ Two backends, option ``backend`` in ``("auto", "sklearn", "torch")``:
 * ``torch``: the same model in gpytorch (``gp_torch``), on ``self.device``:
   exact up to ``exact_up_to`` observations (default 4000), SGPR with
   ``inducing_points`` inducing inputs (default 512) beyond, O(n m^2) time and
-  O(n m) memory. Imported only when used: ``import service.engine`` never
+  O(n m) memory. Imported only when used: ``import calibo.engine`` never
   loads torch.
 
 ``auto`` (the default) picks torch on CUDA. On the CPU it picks scikit-learn

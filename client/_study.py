@@ -1,0 +1,203 @@
+"""``Study`` and ``AsyncStudy``: a handle on one study, so no call repeats its id.
+
+``Client.create_study`` / ``load_study`` return a :class:`Study`; its methods are the
+client's dict API with the study filled in, answering typed values (:class:`Trial`
+for an ask, :class:`TrialRecord` for a told or listed trial).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .models import Trial, TrialRecord
+
+if TYPE_CHECKING:
+    from ._async import AsyncClient
+    from ._sync import Client
+
+__all__ = ["AsyncStudy", "Study"]
+
+TrialLike = int | Trial | TrialRecord
+
+
+def _trial_id(trial: TrialLike) -> int:
+    return trial.id if isinstance(trial, Trial | TrialRecord) else trial
+
+
+class _Handle:
+    """What the sync and async handles share: the study's view and what it says."""
+
+    def __init__(self, view: dict[str, Any]) -> None:
+        if not isinstance(view, dict) or "id" not in view:
+            raise ValueError("a study handle needs the study's view (a dict with 'id')")
+        self.view: dict[str, Any] = view  # the study as the server last described it
+
+    @property
+    def id(self) -> int:
+        return int(self.view["id"])
+
+    @property
+    def name(self) -> str | None:
+        return self.view.get("name")
+
+    @property
+    def direction(self) -> str | None:
+        return self.view.get("direction")
+
+    @property
+    def directions(self) -> list[str] | None:
+        """The objectives' directions of a multi-objective study (None for one objective)."""
+        return self.view.get("directions")
+
+    @property
+    def space(self) -> dict[str, Any] | None:
+        return self.view.get("space")
+
+    def _record(self, data: dict[str, Any]) -> TrialRecord:
+        return TrialRecord.from_wire(data, self.id)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id}, name={self.name!r})"
+
+
+class Study(_Handle):
+    """A study on a calibo server, bound to a :class:`~calibo.Client`.
+
+    >>> study = client.create_study("svc", space)                # doctest: +SKIP
+    >>> trial = study.ask()                                       # doctest: +SKIP
+    >>> study.tell(trial, train(**trial.params))                  # doctest: +SKIP
+    >>> study.optimize(lambda p: train(**p), n_trials=50, n_workers=4)   # doctest: +SKIP
+    >>> study.best_trial.params                                   # doctest: +SKIP
+    """
+
+    def __init__(self, client: Client, view: dict[str, Any]) -> None:
+        super().__init__(view)
+        self.client = client
+
+    def refresh(self) -> Study:
+        """Read the study's view again (trial counts, best trial, surrogate and calibration state)."""
+        self.view = self.client.get_study(self.id)
+        return self
+
+    def ask(self, worker_id: str | None = None) -> Trial:
+        """One new trial to evaluate."""
+        return self.client.ask(self.id, 1, worker_id)[0]
+
+    def ask_batch(self, count: int, worker_id: str | None = None) -> list[Trial]:
+        """``count`` new trials at once, chosen together (distinct, kept apart)."""
+        return self.client.ask(self.id, count, worker_id)
+
+    def tell(self, trial: TrialLike, value: float | None = None, *, state: str | None = None) -> TrialRecord:
+        """Finish ``trial`` with its ``value``, or ``state="failed"`` / ``"pruned"``."""
+        return self._record(self.client.tell(self.id, _trial_id(trial), value, state=state))
+
+    def report(self, trial: TrialLike, step: int, value: float) -> bool:
+        """Report an intermediate value of a running trial; True: the pruner says stop it."""
+        return self.client.report(self.id, _trial_id(trial), step, value)
+
+    def heartbeat(self, trial: TrialLike) -> None:
+        self.client.heartbeat(self.id, _trial_id(trial))
+
+    def optimize(self, objective: Callable[..., Any], n_trials: int, n_workers: int = 1,
+                 catch: tuple[type[BaseException], ...] = (), *,
+                 callback: Callable[[TrialRecord], Any] | None = None,
+                 heartbeat_interval: float | None = 30.0) -> list[TrialRecord]:
+        """Evaluate ``n_trials`` trials with ``n_workers`` threads (see :meth:`Client.optimize`)."""
+        wrapped = None if callback is None else (lambda view: callback(self._record(view)))
+        views = self.client.optimize(self.id, objective, n_trials, n_workers, catch, callback=wrapped,
+                                     heartbeat_interval=heartbeat_interval)
+        return [self._record(v) for v in views]
+
+    def trials(self, state: str | None = None) -> list[TrialRecord]:
+        """Every trial of the study (or those in ``state``), by number."""
+        return [self._record(v) for v in self.client.iter_trials(self.id, state=state)]
+
+    def trial(self, trial: TrialLike) -> TrialRecord:
+        return self._record(self.client.get_trial(self.id, _trial_id(trial)))
+
+    @property
+    def best_trial(self) -> TrialRecord | None:
+        """The best completed trial as the server ranks it now (None before any)."""
+        best = self.refresh().view.get("best_trial")
+        return None if best is None else self.trial(int(best["id"]))
+
+    @property
+    def best_value(self) -> float | None:
+        best = self.refresh().view.get("best_trial")
+        return None if best is None else best.get("value")
+
+    @property
+    def best_params(self) -> dict[str, Any] | None:
+        best = self.refresh().view.get("best_trial")
+        return None if best is None else dict(best["params"])
+
+    def calibration(self) -> dict[str, Any]:
+        """Prediction at ask against outcome, coverage, breach rate, width and alpha trajectory."""
+        return self.client.calibration(self.id)
+
+    def delete(self) -> None:
+        self.client.delete_study(self.id)
+
+
+class AsyncStudy(_Handle):
+    """:class:`Study` for :class:`~calibo.AsyncClient`: the same methods, awaited
+    (``best_trial``, ``best_value`` and ``best_params`` are coroutine methods)."""
+
+    def __init__(self, client: AsyncClient, view: dict[str, Any]) -> None:
+        super().__init__(view)
+        self.client = client
+
+    async def refresh(self) -> AsyncStudy:
+        self.view = await self.client.get_study(self.id)
+        return self
+
+    async def ask(self, worker_id: str | None = None) -> Trial:
+        return (await self.client.ask(self.id, 1, worker_id))[0]
+
+    async def ask_batch(self, count: int, worker_id: str | None = None) -> list[Trial]:
+        return await self.client.ask(self.id, count, worker_id)
+
+    async def tell(self, trial: TrialLike, value: float | None = None, *,
+                   state: str | None = None) -> TrialRecord:
+        return self._record(await self.client.tell(self.id, _trial_id(trial), value, state=state))
+
+    async def report(self, trial: TrialLike, step: int, value: float) -> bool:
+        return await self.client.report(self.id, _trial_id(trial), step, value)
+
+    async def heartbeat(self, trial: TrialLike) -> None:
+        await self.client.heartbeat(self.id, _trial_id(trial))
+
+    async def optimize(self, objective: Callable[..., Any], n_trials: int, n_workers: int = 1,
+                       catch: tuple[type[BaseException], ...] = (), *,
+                       callback: Callable[[TrialRecord], Any] | None = None,
+                       heartbeat_interval: float | None = 30.0) -> list[TrialRecord]:
+        """Evaluate ``n_trials`` trials with ``n_workers`` tasks (see :meth:`AsyncClient.optimize`)."""
+        wrapped = None if callback is None else (lambda view: callback(self._record(view)))
+        views = await self.client.optimize(self.id, objective, n_trials, n_workers, catch, callback=wrapped,
+                                           heartbeat_interval=heartbeat_interval)
+        return [self._record(v) for v in views]
+
+    async def trials(self, state: str | None = None) -> list[TrialRecord]:
+        return [self._record(v) async for v in self.client.iter_trials(self.id, state=state)]
+
+    async def trial(self, trial: TrialLike) -> TrialRecord:
+        return self._record(await self.client.get_trial(self.id, _trial_id(trial)))
+
+    async def best_trial(self) -> TrialRecord | None:
+        best = (await self.refresh()).view.get("best_trial")
+        return None if best is None else await self.trial(int(best["id"]))
+
+    async def best_value(self) -> float | None:
+        best = (await self.refresh()).view.get("best_trial")
+        return None if best is None else best.get("value")
+
+    async def best_params(self) -> dict[str, Any] | None:
+        best = (await self.refresh()).view.get("best_trial")
+        return None if best is None else dict(best["params"])
+
+    async def calibration(self) -> dict[str, Any]:
+        return await self.client.calibration(self.id)
+
+    async def delete(self) -> None:
+        await self.client.delete_study(self.id)
