@@ -44,7 +44,7 @@ class _Timed:
 
 # -------------------------------------------------------------------- random
 def _random(task: Task, n: int, seed: int, f: _Timed) -> None:
-    from service.engine import SearchSpace
+    from calibo.engine import SearchSpace
 
     space = SearchSpace.from_dict(task.space)
     rng = np.random.default_rng(seed)
@@ -77,6 +77,26 @@ def _optuna(sampler_name: str, task: Task, n: int, seed: int, f: _Timed) -> None
     for _ in range(n):
         trial = study.ask()
         study.tell(trial, f(_optuna_params(trial, task.space)))
+
+
+def _optuna_sampler(name: str, seed: int):
+    """The samplers compared through ``study.optimize``: calibo's Optuna sampler and Optuna's own."""
+    import optuna
+
+    if name == "calibo":
+        from calibo.optuna import CaliboSampler
+
+        return CaliboSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed) if name == "tpe" else optuna.samplers.GPSampler(seed=seed)
+
+
+def _optuna_optimize(sampler_name: str, task: Task, n: int, seed: int, f: _Timed) -> None:
+    """A user's Optuna loop: ``study.optimize`` with the sampler (``optuna.calibo``, ``.gp``, ``.tpe``)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction=task.direction, sampler=_optuna_sampler(sampler_name, seed))
+    study.optimize(lambda trial: f(_optuna_params(trial, task.space)), n_trials=n)
 
 
 # -------------------------------------------------------------------- confopt
@@ -137,6 +157,8 @@ def run_peer(method: str, task: Task, n_trials: int, seed: int) -> PeerResult:
             _optuna("tpe", task, n_trials, seed, f)
         elif method == "optuna_gp":
             _optuna("gp", task, n_trials, seed, f)
+        elif method.startswith("optuna."):  # through study.optimize: optuna.calibo, optuna.gp, optuna.tpe
+            _optuna_optimize(method.split(".", 1)[1], task, n_trials, seed, f)
         elif method == "confopt":
             _confopt(task, n_trials, seed, f)
         elif method == "smac":

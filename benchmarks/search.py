@@ -16,6 +16,9 @@ process (one core each). Reported:
     python benchmarks/search.py                       # everything (long: use --workers)
     python benchmarks/search.py --methods calibo,optuna_tpe,random --tasks branin --seeds 3
     python benchmarks/search.py --merge a.json b.json # combine partial runs, re-summarise
+    # calibo's Optuna sampler against Optuna's own, all through study.optimize:
+    python benchmarks/search.py --methods optuna.calibo,optuna.gp,optuna.tpe --default optuna.calibo \
+        --seeds 5 --no-timings --out benchmarks/results/optuna_sampler.json
 
 Writes benchmarks/results/search.json and search.png.
 """
@@ -45,7 +48,7 @@ DEFAULT_TASKS = "branin,hartmann6,ackley5,mixed,lgbm_digits,rf_breast_cancer"
 
 def default_method() -> str:
     """The engine's default configuration, as a variant name."""
-    from service.engine import EngineConfig
+    from calibo.engine import EngineConfig
 
     cfg = EngineConfig()
     return f"calibo-{cfg.surrogate}-{cfg.acquisition}"
@@ -61,7 +64,7 @@ def calibo_config(method: str) -> dict:
 
 def sequential_study(task_name: str, trials: int, seed: int, config: dict):
     """One in-process study, one trial in flight: ``(optimizer, values, wall_s, objective_s)``."""
-    from service.engine import Optimizer
+    from calibo.engine import Optimizer
 
     task = TASKS[task_name]
     opt = Optimizer(task.space, direction=task.direction, seed=seed, config=config)
@@ -168,7 +171,7 @@ def _mean_ranks(curves: dict, methods: list[str], cells: list[tuple[str, int]]) 
 
 def engine_timings(surrogate: str | None = None, repeats: int = 5) -> dict:
     """Fit at 500 observations and select over 2000 candidates, as the engine does them."""
-    from service.engine import EngineConfig, SearchSpace, fit, initial_states, select
+    from calibo.engine import EngineConfig, SearchSpace, fit, initial_states, select
 
     task = TASKS["hartmann6"]
     space = SearchSpace.from_dict(task.space)
@@ -308,6 +311,7 @@ def main() -> None:
     ap.add_argument("--methods", default=",".join([*SURROGATE_VARIANTS, *ACQ_VARIANTS, *PEERS]))
     add_run_arguments(ap, RESULTS / "search.json")
     ap.add_argument("--no-timings", action="store_true")
+    ap.add_argument("--default", help="the method the others are tested against (default: the engine's)")
     args = ap.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -347,7 +351,7 @@ def main() -> None:
         meta = {"methods": args.methods.split(","), "tasks": args.tasks.split(","), "seeds": args.seeds,
                 "seed_offset": args.seed_offset, "trials": args.trials, "workers": args.workers,
                 "cpu_count": os.cpu_count(), "timings": timings}
-    summary = summarize(runs, args.trials)
+    summary = summarize(runs, args.trials, args.default)
     print_table(summary, timings)
     meta["wall_seconds"] = time.time() - t0
     out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}))

@@ -227,14 +227,20 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     def f32(a: np.ndarray) -> np.ndarray:  # what storage keeps, so stored == in-memory
         return a.astype(np.float32).astype(np.float64)
 
-    raw = f32(cf.model.predict_quantiles(Xc))
+    def quantiles(model) -> np.ndarray:  # an exhausted small space leaves no candidate to predict
+        return model.predict_quantiles(Xc) if Xc.shape[0] else np.empty((0, levels.size))
+
+    def spread(model) -> np.ndarray:
+        return model.predict_scale(Xc) if Xc.shape[0] else np.empty(0)
+
+    raw = f32(quantiles(cf.model))
     fold_raw = scale = fold_scale = None
     if cf.fold_models is not None:
-        fold_raw = f32(np.stack([m.predict_quantiles(Xc) for m in cf.fold_models]))
+        fold_raw = f32(np.stack([quantiles(m) for m in cf.fold_models]))
     if cf.scaled:
-        scale = f32(cf.model.predict_scale(Xc))
+        scale = f32(spread(cf.model))
         if cf.fold_models is not None:
-            fold_scale = f32(np.stack([m.predict_scale(Xc) for m in cf.fold_models]))
+            fold_scale = f32(np.stack([spread(m) for m in cf.fold_models]))
     cal_weight, cand_weight = snapshot_weights(config.shift, cf.method, X, cf.cal_index, Xc, raw, levels,
                                                config.acquisition, float(y.min()), fit_seed)
     return Snapshot(

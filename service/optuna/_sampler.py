@@ -1,0 +1,337 @@
+"""``CaliboSampler``: calibo's calibrated surrogates behind Optuna's sampler interface.
+
+Optuna samplers are stateless between calls: everything this one needs is read
+from the study at each call.
+
+* **Relative search space**: the parameters every completed trial has with the
+  same distribution (``IntersectionSearchSpace``), less single-valued ones. The
+  rest (dynamic ranges, conditional parameters, ``low == high``) is sampled by
+  the independent sampler (random by default), as Optuna's GPSampler does.
+* **Encoding**: a float stays a float (log where asked); a float or int with a
+  step becomes the integer index of its grid, so the engine never proposes a
+  value between steps; categorical choices are encoded by index.
+* **fit / select**: before ``n_startup_trials`` completed trials the relative
+  parameters come from the study's scrambled Sobol sequence; after, the engine
+  fits its surrogate on the COMPLETE trials (refitting only when they change)
+  and selects with the RUNNING trials as pending configurations: the same
+  crowd-aware select the service runs.
+* **Calibration state**: the prediction a configuration was chosen on is stored
+  with the trial (system attributes), and the ACI/DtACI state is the replay of
+  ``adapt`` over the completed trials in the order they finished, so it is
+  consistent with what was told whichever process or thread told it. A trial
+  whose parameters differ from what was suggested (``enqueue_trial``, fixed
+  parameters) does not adapt it.
+* **Failed and pruned trials** (NaN objectives fail) do not feed the surrogate,
+  and their configurations are not suggested again; infinite values are kept out
+  of the fit too.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.samplers import BaseSampler
+from optuna.study import Study, StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from calibo.engine import EngineConfig, SearchSpace, adapt, fit, initial_states, select
+from calibo.engine.errors import FieldError
+from calibo.engine.limits import MAX_FEATURES, MAX_PARAMS
+
+__all__ = ["CaliboSampler"]
+
+_log = optuna.logging.get_logger(__name__)
+_KEY = "calibo"  # prefix of the system attributes this sampler writes
+_CHUNK = 2045  # longest system-attribute string Optuna's own samplers write (RDB column sizes)
+
+
+# ------------------------------------------------------------------ encoding
+class _Encoding:
+    """Optuna distributions <-> a calibo search space (parameters named p0, p1, ...)."""
+
+    def __init__(self, search_space: dict[str, BaseDistribution]) -> None:
+        self.names = sorted(search_space)
+        self.dists = [search_space[n] for n in self.names]
+        spec: dict[str, dict[str, Any]] = {}
+        for i, d in enumerate(self.dists):
+            key = f"p{i}"
+            if isinstance(d, CategoricalDistribution):
+                spec[key] = {"type": "categorical", "choices": list(range(len(d.choices)))}
+            elif d.step is not None and not (isinstance(d, IntDistribution) and d.step == 1):
+                spec[key] = {"type": "int", "low": 0, "high": self._steps(d)}
+            elif isinstance(d, IntDistribution):
+                spec[key] = {"type": "int", "low": int(d.low), "high": int(d.high), "log": bool(d.log)}
+            else:
+                spec[key] = {"type": "float", "low": float(d.low), "high": float(d.high), "log": bool(d.log)}
+        self.space = SearchSpace.from_dict(spec)
+
+    @staticmethod
+    def _steps(d: FloatDistribution | IntDistribution) -> int:
+        return int(math.floor((d.high - d.low) / d.step + 1e-8))
+
+    def encode(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        """A trial's parameters as calibo values; None when one is missing or outside its range."""
+        out = {}
+        for i, (name, d) in enumerate(zip(self.names, self.dists, strict=True)):
+            if name not in params:
+                return None
+            v = params[name]
+            try:
+                if isinstance(d, CategoricalDistribution):
+                    x: Any = int(d.to_internal_repr(v))
+                elif d.step is not None and not (isinstance(d, IntDistribution) and d.step == 1):
+                    x = int(round((float(v) - d.low) / d.step))
+                    if not 0 <= x <= self._steps(d):
+                        return None
+                else:
+                    x = int(v) if isinstance(d, IntDistribution) else float(v)
+                    if not d.low <= x <= d.high:
+                        return None
+            except (ValueError, TypeError):
+                return None
+            out[f"p{i}"] = x
+        return out
+
+    def decode(self, values: dict[str, Any]) -> dict[str, Any]:
+        """calibo values -> Optuna parameter values (plain Python int / float / choice)."""
+        out: dict[str, Any] = {}
+        for i, (name, d) in enumerate(zip(self.names, self.dists, strict=True)):
+            x = values[f"p{i}"]
+            if isinstance(d, CategoricalDistribution):
+                out[name] = d.choices[int(x)]
+            elif isinstance(d, IntDistribution):
+                out[name] = int(d.low + int(x) * d.step) if d.step != 1 else int(x)
+            elif d.step is not None:
+                out[name] = float(min(d.low + int(x) * d.step, d.high))
+            else:
+                out[name] = float(min(max(float(x), d.low), d.high))
+        return out
+
+
+def _signature(search_space: dict[str, BaseDistribution]) -> str:
+    return json.dumps([[n, optuna.distributions.distribution_to_json(search_space[n])]
+                       for n in sorted(search_space)])
+
+
+# ------------------------------------------------------- system attributes
+def _put(study: Study, trial_id: int, key: str, value: Any) -> None:
+    text = json.dumps(value, separators=(",", ":"))
+    for i in range(0, max(len(text), 1), _CHUNK):
+        study._storage.set_trial_system_attr(trial_id, f"{_KEY}:{key}:{i // _CHUNK}", text[i:i + _CHUNK])
+
+
+def _get(trial: FrozenTrial, key: str) -> Any:
+    parts, i = [], 0
+    while (part := trial.system_attrs.get(f"{_KEY}:{key}:{i}")) is not None:
+        parts.append(part)
+        i += 1
+    return json.loads("".join(parts)) if parts else None
+
+
+def _pack(prediction: dict[str, Any]) -> dict[str, Any]:
+    out = dict(prediction)
+    points = out.pop("points", None)
+    if points is not None:
+        a = np.ascontiguousarray(points, dtype="<f8")
+        out["points_b64"] = base64.b64encode(a.tobytes()).decode()
+        out["points_shape"] = list(a.shape)
+    return out
+
+
+def _unpack(stored: dict[str, Any]) -> dict[str, Any]:
+    out = dict(stored)
+    data = out.pop("points_b64", None)
+    shape = out.pop("points_shape", None)
+    if data is not None:
+        out["points"] = np.frombuffer(base64.b64decode(data), dtype="<f8").reshape(shape)
+    return out
+
+
+# -------------------------------------------------------------------- sampler
+class CaliboSampler(BaseSampler):
+    """An Optuna sampler on calibo's engine: conformally calibrated surrogates, ACI/DtACI.
+
+    >>> import optuna
+    >>> from calibo.optuna import CaliboSampler
+    >>> study = optuna.create_study(sampler=CaliboSampler(seed=0))     # doctest: +SKIP
+    >>> study.optimize(objective, n_trials=100, n_jobs=4)                # doctest: +SKIP
+
+    Args:
+        seed: makes the suggestion sequence reproducible (given the same results).
+        n_startup_trials: completed trials before the surrogate is used (the engine's
+            ``n_warmup``); until then the relative parameters follow a scrambled Sobol
+            sequence.
+        surrogate, acquisition: the engine's (``qgp``, ``pi``... see ``EngineConfig``).
+        settings: any other ``EngineConfig`` setting (``adapter``, ``conformal``, ``crowd``...).
+        independent_sampler: samples what the relative search space leaves out
+            (default ``RandomSampler(seed)``).
+        warn_independent_sampling: log a warning when a parameter of a trial after the
+            first is sampled independently.
+
+    Single-objective studies only: a multi-objective study raises ``ValueError``.
+    """
+
+    def __init__(
+        self,
+        *,
+        seed: int | None = None,
+        n_startup_trials: int | None = None,
+        surrogate: str | None = None,
+        acquisition: str | None = None,
+        settings: dict[str, Any] | None = None,
+        independent_sampler: BaseSampler | None = None,
+        warn_independent_sampling: bool = True,
+    ) -> None:
+        over = {k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition),
+                                  ("n_warmup", n_startup_trials)) if v is not None}
+        self.config = replace(EngineConfig.from_dict(settings), **over)
+        self._seed = int(np.random.SeedSequence(seed).generate_state(1)[0]) if seed is None else int(seed)
+        self._independent = independent_sampler or optuna.samplers.RandomSampler(seed=seed)
+        self._intersection = optuna.search_space.IntersectionSearchSpace()
+        self._warn = warn_independent_sampling
+        self._lock = threading.RLock()
+        self._fits: dict[tuple[int, str], tuple[tuple, Any]] = {}  # (study, space) -> (observed key, Snapshot)
+        self._adapted: dict[tuple[int, str], tuple[list[int], list]] = {}  # replayed states per study + space
+
+    # ------------------------------------------------------------ Optuna API
+    def reseed_rng(self) -> None:
+        self._independent.reseed_rng()
+
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        self._single_objective(study)
+        space = {n: d for n, d in self._intersection.calculate(study).items() if not d.single()}
+        if not space:
+            return {}
+        features = sum(len(d.choices) if isinstance(d, CategoricalDistribution) else 1 for d in space.values())
+        if len(space) > MAX_PARAMS or features > MAX_FEATURES:
+            _log.warning(f"CaliboSampler: {len(space)} parameters / {features} encoded features exceed the "
+                         f"engine's bounds ({MAX_PARAMS} / {MAX_FEATURES}); sampling them independently.")
+            return {}
+        return space
+
+    def sample_relative(self, study: Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        self._single_objective(study)
+        if not search_space:
+            return {}
+        # One sample at a time per sampler: a thread reads the trials after the others stored their
+        # choices, so the threads of study.optimize(n_jobs=...) condition on each other's running trials.
+        with self._lock:
+            return self._sample_relative(study, trial, search_space)
+
+    def _sample_relative(self, study: Study, trial: FrozenTrial,
+                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        enc = _Encoding(search_space)
+        sig = _signature(search_space)
+        trials = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING,
+                                                           TrialState.FAIL, TrialState.PRUNED),
+                                   use_cache=False)
+        observations, seen, pending, complete = [], [], [], []
+        for t in trials:
+            if t.number == trial.number:
+                continue
+            if t.state == TrialState.RUNNING:
+                p = enc.encode({**(_get(t, "relative") or {}), **t.params})
+                if p is not None:
+                    pending.append(p)
+                continue
+            p = enc.encode(t.params)
+            if p is None:
+                continue
+            seen.append(p)
+            if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value):
+                observations.append((p, float(t.value)))
+                complete.append(t)
+        direction = "minimize" if study.direction == StudyDirection.MINIMIZE else "maximize"
+        cfg = self.config
+        snap = None
+        if len(observations) >= max(cfg.n_warmup, 4):
+            snap = self._snapshot((study._study_id, sig), enc.space, observations, pending, direction)
+        states = self._states((study._study_id, sig), enc, complete)
+        out = select(snap, states, enc.space, cfg, count=1, direction=direction, seed=self._seed,
+                     asked=trial.number, exclude=seen, pending=pending, n_observed=len(observations))
+        if not out:  # every configuration is observed or running: repeat one, as Optuna's samplers may
+            out = select(None, states, enc.space, cfg, count=1, direction=direction, seed=self._seed,
+                         asked=trial.number)
+        chosen = out[0]
+        params = enc.decode(chosen.params)
+        _put(study, trial._trial_id, "relative", params)
+        if chosen.prediction is not None:
+            _put(study, trial._trial_id, "prediction",
+                 {"space": sig, "params": chosen.params, "prediction": _pack(chosen.prediction)})
+        return params
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        self._single_objective(study)
+        if self._warn and trial.number > 0 and not param_distribution.single():
+            complete = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True)
+            if complete:
+                _log.warning(f"The parameter '{param_name}' in trial#{trial.number} is sampled independently "
+                             f"by {type(self._independent).__name__} instead of CaliboSampler (a dynamic or "
+                             "conditional search space).")
+        return self._independent.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self._independent.before_trial(study, trial)
+
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self._independent.after_trial(study, trial, state, values)
+
+    # ------------------------------------------------------------ internals
+    @staticmethod
+    def _single_objective(study: Study) -> None:
+        if study._is_multi_objective():
+            raise ValueError("CaliboSampler supports single-objective studies only")
+
+    def _snapshot(self, key: tuple[int, str], space: SearchSpace, observations: list, pending: list,
+                  direction: str) -> Any:
+        """The engine's fit on ``observations``, reused while they do not change."""
+        observed = tuple((json.dumps(p, sort_keys=True), v) for p, v in observations)
+        cached = self._fits.get(key)
+        if cached is not None and cached[0] == observed:
+            return cached[1]
+        snap = fit(observations, space, self.config, direction, self._seed, pending=pending)
+        self._fits[key] = (observed, snap)
+        return snap
+
+    def _states(self, key: tuple[int, str], enc: _Encoding, complete: list[FrozenTrial]) -> list:
+        """ACI/DtACI states: ``adapt`` replayed over the completed trials in the order they finished.
+
+        Only trials told with the configuration this sampler suggested for them adapt: an enqueued
+        or partly fixed trial was not chosen on the stored prediction."""
+        order = sorted(complete, key=lambda t: (t.datetime_complete is None, t.datetime_complete, t.number))
+        numbers = [t.number for t in order]
+        done, states = self._adapted.get(key, ([], None))
+        if states is None or numbers[:len(done)] != done:
+            done, states = [], initial_states(self.config, self._seed)
+        space = enc.space
+        for t in order[len(done):]:
+            stored = _get(t, "prediction")
+            if stored is None or stored.get("space") != key[1]:
+                continue
+            told = enc.encode(t.params)
+            try:
+                same = told is not None and space.key(space.validate(told)) == space.key(
+                    space.validate(stored["params"]))
+            except FieldError:
+                same = False
+            if same:
+                states, _ = adapt(states, _unpack(stored["prediction"]), float(t.value))
+        self._adapted[key] = (numbers, states)
+        return list(states)
