@@ -177,6 +177,18 @@ def test_declared_dependencies_are_httpx_alone(wheel: Path) -> None:
     assert {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")} == {"calibo"}
 
 
+def test_wheel_carries_every_data_file(wheel: Path) -> None:
+    """The dashboard's page and vendored assets, and every migration, are in the wheel."""
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+    folders = {"service/dashboard/static": "calibo/server/dashboard/static", "migrations": "calibo/server/migrations"}
+    for folder, package in folders.items():
+        files = [p for p in (REPO / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+        assert files
+        for f in files:
+            assert f"{package}/{f.relative_to(REPO / folder).as_posix()}" in names, f
+
+
 def test_client_install_imports_with_httpx_alone(tmp_path: Path, wheel: Path) -> None:
     deps = tmp_path / "deps"
     deps.mkdir()
