@@ -3,10 +3,10 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= server,test
+EXTRAS ?= server,optuna,test
 
 
-.PHONY: run demo test lint bench bench-search bench-service bench-load bench-crowd-live bench-cluster bench-calibration bench-surrogates bench-crowd bench-fit-time bench-calibrated-bo bench-multifidelity clean venv
+.PHONY: run demo test docs lint bench bench-search bench-service bench-load bench-crowd-live bench-cluster bench-calibration bench-surrogates bench-crowd bench-fit-time bench-calibrated-bo bench-multifidelity clean venv
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,6 +22,16 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The documentation site (mkdocs-material + mkdocstrings): docs/ and mkdocs.yml, built into site/;
+# --strict fails on any broken link or missing reference. The REST reference is generated from the app.
+DOCS_STAMP := $(VENV)/.installed-docs
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -e ".[$(EXTRAS),docs]"
+	@touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(BIN)/mkdocs build --strict -d site
 
 lint: $(STAMP)
 	$(BIN)/ruff check service client tests benchmarks examples

@@ -97,6 +97,7 @@ class Study(_Handle):
         return self.client.report(self.id, _trial_id(trial), step, value)
 
     def heartbeat(self, trial: TrialLike) -> None:
+        """Mark a running trial alive (``optimize`` does it for its trials)."""
         self.client.heartbeat(self.id, _trial_id(trial))
 
     def optimize(self, objective: Callable[..., Any], n_trials: int, n_workers: int = 1,
@@ -114,6 +115,7 @@ class Study(_Handle):
         return [self._record(v) for v in self.client.iter_trials(self.id, state=state)]
 
     def trial(self, trial: TrialLike) -> TrialRecord:
+        """One trial of the study, as the server has it now."""
         return self._record(self.client.get_trial(self.id, _trial_id(trial)))
 
     @property
@@ -124,11 +126,13 @@ class Study(_Handle):
 
     @property
     def best_value(self) -> float | None:
+        """The best completed trial's value (None before any)."""
         best = self.refresh().view.get("best_trial")
         return None if best is None else best.get("value")
 
     @property
     def best_params(self) -> dict[str, Any] | None:
+        """The best completed trial's parameters (None before any)."""
         best = self.refresh().view.get("best_trial")
         return None if best is None else dict(best["params"])
 
@@ -137,6 +141,7 @@ class Study(_Handle):
         return self.client.calibration(self.id)
 
     def delete(self) -> None:
+        """Delete the study and its trials on the server."""
         self.client.delete_study(self.id)
 
 

@@ -147,6 +147,7 @@ class Client:
         ))
 
     def get_study(self, study_id: StudyRef) -> dict[str, Any]:
+        """The study's view: definition, trial counts, best trial, surrogate and adaptive state."""
         return self._run(api.get_study(study_id))
 
     def load_study(self, study: int | str) -> Study:
@@ -173,6 +174,7 @@ class Client:
         return out
 
     def delete_study(self, study_id: StudyRef) -> None:
+        """Delete a study and its trials (an already deleted one is not an error)."""
         self._run(api.delete_study(study_id))
 
     def ask(
@@ -239,6 +241,7 @@ class Client:
             offset = api.next_offset(page, offset)
 
     def calibration(self, study_id: StudyRef) -> dict[str, Any]:
+        """Per-trial prediction against outcome, coverage, breach rate, width and alpha trajectory."""
         return self._run(api.calibration(study_id))
 
     # ------------------------------------------------------------ the loop

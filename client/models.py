@@ -48,12 +48,11 @@ def _time(value: Any) -> datetime | None:
 class TrialRecord:
     """A trial as the server stores it: what listings, ``tell`` and ``best_trial`` answer.
 
-    ``state`` is ``running``, ``waiting`` (enqueued, not handed out yet), ``complete``,
-    ``failed`` or ``pruned``; ``value`` the told objective (None while running or when
-    failed); ``values`` the objectives of a multi-objective study; ``constraints`` the
-    told constraint values (feasible when every one is <= 0); ``prediction`` what the
-    surrogate forecast at ask (None in the warm start and for added trials). ``raw`` is
-    the server's JSON view as it came.
+    ``state`` is ``running``, ``complete``, ``failed`` or ``pruned``; ``value`` the told
+    objective (None while running or when failed); ``prediction`` what the surrogate
+    forecast at ask (None in the warm start). ``values``, ``constraints`` and
+    ``user_attrs`` hold what the server's view carries under those keys, when it does
+    (None / empty otherwise). ``raw`` is the server's JSON view as it came.
     """
 
     id: int

@@ -18,7 +18,8 @@ negated). Pruners:
 - ``hb``: hyperband: each trial is drawn (reproducibly, from the study seed and
   its number) into one of the brackets ``s = 0 .. s_max`` with weights ``n_s``
   of Li et al. (2017), and runs ASHA against the trials of its bracket only.
-- ``sh+`` / ``hb+``: the UQ-guided variants (uq-guided-hpo.txt, sections 3.2-3.5):
+- ``sh+`` / ``hb+``: the UQ-guided variants (Liu et al., "UQ-Guided Hyperparameter Optimization for Iterative
+  Learners", NeurIPS 2024, sections 3.2-3.5):
   the number kept at a rung is not a fixed fraction but the ``k`` that balances
   exploration against exploitation (eq. 4-7) on the rung's confidence curve
   ``P_k`` (eq. 3), with each competitor's converged loss modelled as
@@ -44,7 +45,7 @@ Choices the paper leaves open, for the asynchronous setting of a service:
   nothing is known of the curves' uncertainty and the rung keeps every
   candidate: a ranking on one value per curve is the UQ-oblivious decision the
   scheme exists to avoid. (Falling back to SH's fraction there instead was
-  measured too: ``benchmarks/multifidelity.py``, README.)
+  measured too: ``benchmarks/multifidelity.py``, docs/benchmarks/multifidelity.md.)
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class PrunerConfig:
     n_startup_trials: int = 5  # median: completed trials with a value at the step before it prunes
     n_warmup_steps: int = 0  # median: no pruning before this step
     min_early_stopping_rate: int = 0  # sh / sh+: the first rung at min_resource * factor ** rate
-    feed_pruned: bool = False  # pruned trials' last values feed the surrogate (see README)
+    feed_pruned: bool = False  # pruned trials' last values feed the surrogate (docs/concepts/pruning.md)
 
     LIMITS: ClassVar[dict[str, tuple[int, int]]] = {"min_resource": (1, 1_000_000), "max_resource": (1, 1_000_000), "reduction_factor": (2, 100),
               "window": (1, 1000), "n_startup_trials": (0, 10_000), "n_warmup_steps": (0, 1_000_000),

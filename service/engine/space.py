@@ -215,6 +215,10 @@ def _choice_key(c: Any) -> tuple[str, Any] | None:
 
 @dataclass(frozen=True)
 class SearchSpace:
+    """A study's parameters: build one with ``SearchSpace.from_dict({"lr": {"type": "float",
+    "low": 1e-4, "high": 0.1, "log": True}, ...})``; ``validate`` checks a configuration,
+    ``to_unit`` / ``from_unit`` / ``features`` are the engine's encodings (module docstring)."""
+
     params: tuple[Param, ...]
     _feature_slices: tuple[slice, ...] = field(init=False, repr=False, compare=False)
 

@@ -175,7 +175,8 @@ class CaliboSampler(BaseSampler):
         n_startup_trials: completed trials before the surrogate is used (the engine's
             ``n_warmup``); until then the relative parameters follow a scrambled Sobol
             sequence.
-        surrogate, acquisition: the engine's (``qgp``, ``pi``... see ``EngineConfig``).
+        surrogate: the engine's surrogate (``qgp`` by default; see ``EngineConfig``).
+        acquisition: the engine's acquisition (see ``EngineConfig``).
         settings: any other ``EngineConfig`` setting (``adapter``, ``conformal``, ``crowd``...).
         independent_sampler: samples what the relative search space leaves out
             (default ``RandomSampler(seed)``).

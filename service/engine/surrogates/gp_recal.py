@@ -1,7 +1,7 @@
 """gp-recal: a Gaussian process recalibrated by Calibrated Bayesian Optimization.
 
-Deshpande & Kuleshov, "Calibrated Bayesian Optimization" (papers/
-calibrated-bayesian-optimization.txt):
+Deshpande & Kuleshov, "Calibrated Uncertainty Estimation Improves Bayesian Optimization"
+(arXiv:2112.04620):
 
 * Algorithm 2 (calibrated BO): the acquisition sees ``R o M``, the base model
   ``M`` composed with a recalibrator ``R`` refitted after every update. Here
