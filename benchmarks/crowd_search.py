@@ -17,9 +17,11 @@ Methods: ``calibo`` (the in-process engine with its defaults; the Optimizer
 tracks its pending trials and conditions select on them), ``calibo:key=value,...``
 (EngineConfig overrides; values parsed as JSON when they parse, else kept as
 strings), ``optuna_gp`` (GPSampler, which conditions on running trials),
-``optuna_tpe`` (TPESampler with constant_liar=True) and ``random``. Every
-method asked runs at every K, K = 1 included (plain sequential search there;
-crowd-only calibo variants then equal ``calibo``).
+``optuna_tpe`` (TPESampler with constant_liar=True) and ``random``; also
+``smac`` (SMAC3's HPO facade by ask/tell) and ``confopt`` (ConfOpt's own loop,
+K = 1 only: it has no ask/tell). Every method asked runs at every K, K = 1
+included (plain sequential search there; crowd-only calibo variants then equal
+``calibo``).
 
 Reported per K:
 
@@ -79,6 +81,8 @@ from benchmarks.tasks import TASKS, Task  # noqa: E402
 
 MAIN = ("calibo", "optuna_gp", "optuna_tpe", "random")
 PEERS = MAIN[1:]
+OTHER_PEERS = ("smac", "confopt")  # SMAC3's HPO facade by ask/tell; ConfOpt's own loop, one in flight
+SEQUENTIAL_ONLY = ("confopt",)
 NEW_TASKS = "forrester,camel6,levy4,svc_digits,gbr_diabetes,knn_wine,enet_diabetes"
 RANK_AT = (25, 50, 100)
 SIGN_AT = (50, 100)
@@ -156,6 +160,48 @@ class _Optuna:
         return {}
 
 
+class _SMAC:
+    """SMAC3's HPO facade driven by ask/tell (its trials may be asked before earlier ones are told)."""
+
+    def __init__(self, task: Task, seed: int, trials: int) -> None:
+        import logging
+        import tempfile
+
+        from ConfigSpace import Categorical, ConfigurationSpace, Float, Integer
+        from smac import HyperparameterOptimizationFacade, Scenario
+
+        logging.getLogger("smac").setLevel(logging.ERROR)
+        cs = ConfigurationSpace(seed=seed)
+        for name, spec in task.space.items():
+            if spec["type"] == "float":
+                cs.add(Float(name, (spec["low"], spec["high"]), log=spec.get("log", False)))
+            elif spec["type"] == "int":
+                cs.add(Integer(name, (spec["low"], spec["high"]), log=spec.get("log", False)))
+            else:
+                cs.add(Categorical(name, [str(c) for c in spec["choices"]]))
+        self._back = {n: {str(c): c for c in spec["choices"]} for n, spec in task.space.items() if "choices" in spec}
+        self._sign = 1.0 if task.direction == "minimize" else -1.0
+        scenario = Scenario(cs, deterministic=True, n_trials=trials, seed=seed,
+                            output_directory=Path(tempfile.mkdtemp(prefix="smac-")))
+        self.smac = HyperparameterOptimizationFacade(scenario, lambda config, seed=0: 0.0, overwrite=True,
+                                                     logging_level=40)
+
+    def ask(self) -> tuple[Any, dict[str, Any]]:
+        info = self.smac.ask()
+        params = {k: (self._back[k][v] if k in self._back else v) for k, v in dict(info.config).items()}
+        params = {k: (int(v) if isinstance(v, np.integer) else float(v) if isinstance(v, np.floating) else v)
+                  for k, v in params.items()}
+        return info, params
+
+    def tell(self, handle: Any, value: float) -> None:
+        from smac.runhistory.dataclasses import TrialValue
+
+        self.smac.tell(handle, TrialValue(cost=self._sign * value))
+
+    def extra(self) -> dict[str, Any]:
+        return {}
+
+
 class _Random:
     def __init__(self, task: Task, seed: int, trials: int) -> None:
         from benchmarks.peers import _random
@@ -180,8 +226,8 @@ def check_methods(methods: list[str]) -> None:
     from calibo.engine.errors import ConfigError
 
     for m in methods:
-        if not is_calibo(m) and m not in MAIN:
-            sys.exit(f"unknown method {m!r}: use {', '.join(MAIN)} or calibo:key=value[,key=value]")
+        if not is_calibo(m) and m not in MAIN + OTHER_PEERS:
+            sys.exit(f"unknown method {m!r}: use {', '.join(MAIN + OTHER_PEERS)} or calibo:key=value[,key=value]")
         try:
             EngineConfig.from_dict(calibo_overrides(m) if is_calibo(m) else {})
         except ConfigError as e:
@@ -195,7 +241,19 @@ def make_method(method: str, task: Task, seed: int, trials: int):
         return _Optuna(task, seed, method.removeprefix("optuna_"))
     if method == "random":
         return _Random(task, seed, trials)
+    if method == "smac":
+        return _SMAC(task, seed, trials)
     raise ValueError(f"unknown method {method!r}")
+
+
+def run_sequential_peer(method: str, task_name: str, trials: int, seed: int) -> dict[str, Any]:
+    """A peer without ask/tell (ConfOpt) runs its own sequential loop: one trial in flight only."""
+    from benchmarks.peers import run_peer
+
+    r = run_peer(method, TASKS[task_name], trials, seed)
+    values = list(map(float, r.values))
+    return {"values": values, "order": list(range(len(values))), "time": None,
+            "objective_s": r.wall_s - r.overhead_s}
 
 
 # ---------------------------------------------------------------- simulation
@@ -245,15 +303,21 @@ def calibration(records: list[dict[str, Any]]) -> dict[str, Any]:
 def run_crowd(method: str, task_name: str, trials: int, k: int, seed: int) -> dict[str, Any]:
     """One study of ``trials`` trials with ``k`` in flight; see the module docstring."""
     task = TASKS[task_name]
+    if method in SEQUENTIAL_ONLY and k != 1:
+        raise ValueError(f"{method} has no ask/tell: it runs with one trial in flight only")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        opt = make_method(method, task, seed, trials)  # outside the clock: a process's first imports
         t0, c0 = time.perf_counter(), time.process_time()
-        sim = simulate(opt, task, durations(task_name, seed, k, trials), k, trials)
+        if method in SEQUENTIAL_ONLY:
+            opt, sim = None, run_sequential_peer(method, task_name, trials, seed)
+        else:
+            opt = make_method(method, task, seed, trials)  # outside the clock: a process's first imports
+            t0, c0 = time.perf_counter(), time.process_time()
+            sim = simulate(opt, task, durations(task_name, seed, k, trials), k, trials)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     seen = list(dict.fromkeys(f"{w.category.__name__}: {str(w.message)[:160]}" for w in caught))
     return {"method": method, "task": task_name, "seed": seed, "k": k, **sim, "wall_s": wall, "cpu_s": cpu,
-            "overhead_s": wall - sim["objective_s"], **opt.extra(), "warnings": seen[:5]}
+            "overhead_s": wall - sim["objective_s"], **(opt.extra() if opt else {}), "warnings": seen[:5]}
 
 
 def _run_job(job: tuple[str, str, int, int, int]) -> dict[str, Any]:

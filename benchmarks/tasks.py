@@ -265,3 +265,8 @@ TASKS: dict[str, Task] = {
         "scaler": {"type": "categorical", "choices": ["standard", "robust", "minmax"]},
     }, enet_diabetes, None),
 }
+
+# The real-tuning suite (benchmarks/real_tuning.py): models scored as people score them.
+from benchmarks.real_tasks import REAL_TASKS  # noqa: E402 - it builds on Task and _dataset above
+
+TASKS.update(REAL_TASKS)

@@ -1,0 +1,193 @@
+"""Real model tuning: calibo against Optuna GP and TPE, SMAC3, ConfOpt and random search.
+
+The suite (``benchmarks/real_tasks.py``): scikit-learn and LightGBM models on the datasets
+scikit-learn ships, scored as people score them (1 - accuracy, balanced error, log loss, MSE,
+MAE) by cross-validation on a fixed split; int, log-scale and categorical parameters; six tasks
+with large plateaus. Every method runs every (task, seed) for ``--trials`` trials, side by side
+in one run, sequentially (K = 1) and with ``--in-flight`` trials running at once (K = 8 by
+default, results arriving out of order on a virtual clock: ``benchmarks/crowd_search.py``).
+ConfOpt has no ask/tell, so it runs sequentially only.
+
+Reported per K: the mean rank of best-so-far (1 = best, ties share) over tasks x seeds at 25,
+50 and 100 trials among the methods that ran at that K; per-task mean best at 100 trials;
+sign tests of each calibo method against each peer (wins / losses / ties over task x seed,
+two-sided binomial p); and, per task, whether calibo's mean best at 100 is worse than random's.
+
+    python benchmarks/real_tuning.py --workers 2                      # everything (hours on 2 cores)
+    python benchmarks/real_tuning.py --methods calibo,random --tasks knn_iris --seeds 2 --in-flight 1
+    python benchmarks/real_tuning.py --merge a.json b.json             # combine partial runs
+
+Writes benchmarks/results/real_tuning.json and real_tuning.png.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy / torch: one core per run
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.crowd_search import (  # noqa: E402
+    SEQUENTIAL_ONLY,
+    _at,
+    _sign_test,
+    check_methods,
+    checkpoints,
+    is_calibo,
+    parse_methods,
+    run_jobs,
+    run_key,
+)
+from benchmarks.real_tasks import PLATEAU_TASKS, REAL_TASKS  # noqa: E402
+from benchmarks.search import RESULTS, _mean_ranks, add_run_arguments, best_so_far, merge_parts  # noqa: E402
+from benchmarks.tasks import TASKS  # noqa: E402
+
+METHODS = ("calibo", "optuna_gp", "optuna_tpe", "smac", "confopt", "random")
+AT = (25, 50, 100)
+
+
+# ------------------------------------------------------------------ analysis
+def summarize_k(runs: list[dict], trials: int) -> dict[str, Any]:
+    curves = {(r["method"], r["task"], r["seed"]): best_so_far(r["values"], TASKS[r["task"]].direction, trials)
+              for r in runs}
+    methods = sorted({m for m, _, _ in curves}, key=lambda m: (not is_calibo(m), m))
+    cells = sorted({(t, s) for _, t, s in curves})
+    full = [c for c in cells if all((m, *c) in curves for m in methods)]
+    ranks = _mean_ranks(curves, methods, full)
+    at = checkpoints(AT, trials)
+    tasks = sorted({t for t, _ in cells})
+    best = {m: {t: float(np.mean([_at(curves[(m, t, s)], trials) for (tt, s) in full if tt == t]))
+                for t in tasks if any(tt == t for tt, _ in full)} for m in methods}
+    peers = [m for m in methods if not is_calibo(m)]
+    signs = {str(t): {f"{a} vs {b}": _sign_test(curves, a, b, full, t) for a in methods if is_calibo(a)
+                      for b in peers} for t in at}
+    worse_than_random = {a: [t for t in best[a] if "random" in best and best[a][t] > best["random"][t]]
+                         for a in methods if is_calibo(a)}
+    return {"methods": methods, "cells": len(full), "tasks": tasks, "rank_curve": ranks,
+            "rank_at": {m: {str(t): _at(r, t) for t in at} for m, r in ranks.items()},
+            "mean_best": best, "sign_tests": signs, "worse_than_random": worse_than_random,
+            "overhead_ms_per_trial": {m: 1000 * float(np.mean([r["overhead_s"] / len(r["values"]) for r in runs
+                                                                if r["method"] == m])) for m in methods}}
+
+
+def summarize(runs: list[dict], trials: int) -> dict[str, Any]:
+    ks = sorted({r["k"] for r in runs})
+    return {"ks": ks, "trials": trials, "plateau_tasks": list(PLATEAU_TASKS),
+            "by_k": {str(k): summarize_k([r for r in runs if r["k"] == k], trials) for k in ks}}
+
+
+def print_tables(summary: dict) -> None:
+    for k, blk in summary["by_k"].items():
+        at = list(next(iter(blk["rank_at"].values())).keys()) if blk["rank_at"] else []
+        print(f"\nK={k} in flight: mean rank of best-so-far over {blk['cells']} task x seed cells (1 = best)")
+        print(f"{'method':<34}" + "".join(f"{'@' + t:>8}" for t in at) + f"{'ms/trial':>10}")
+        for m in sorted(blk["rank_at"], key=lambda m: blk["rank_at"][m][at[-1]]):
+            print(f"{m:<34}" + "".join(f"{blk['rank_at'][m][t]:>8.2f}" for t in at)
+                  + f"{blk['overhead_ms_per_trial'][m]:>10.1f}")
+        print(f"\nK={k}: mean best at {summary['trials']} trials per task (* plateau task)")
+        methods = blk["methods"]
+        print(f"{'task':<22}" + "".join(f"{m[:14]:>15}" for m in methods))
+        for t in blk["tasks"]:
+            mark = "*" if t in summary["plateau_tasks"] else " "
+            print(f"{t[:20]:<21}{mark}" + "".join(f"{blk['mean_best'][m].get(t, float('nan')):>15.5g}"
+                                                   for m in methods))
+        print(f"\nK={k}: sign tests (wins/losses/ties over task x seed, two-sided binomial p)")
+        for t, tests in blk["sign_tests"].items():
+            for pair, r in tests.items():
+                print(f"  @{t:<4} {pair:<40} {r['wins']:>3}/{r['losses']:<3}/{r['ties']:<3} p={r['p']:.3g}")
+        for m, tasks in blk["worse_than_random"].items():
+            print(f"K={k}: tasks where {m}'s mean best at {summary['trials']} is worse than random's: "
+                  f"{', '.join(tasks) if tasks else 'none'}")
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ks = list(summary["by_k"])
+    fig, axes = plt.subplots(1, 2 * len(ks), figsize=(6.0 * 2 * len(ks), 4.6), squeeze=False)
+    cmap = plt.get_cmap("tab10")
+    methods = sorted({m for b in summary["by_k"].values() for m in b["methods"]}, key=lambda m: (not is_calibo(m), m))
+    colors = {m: cmap(i % 10) for i, m in enumerate(methods)}
+    for j, k in enumerate(ks):
+        blk = summary["by_k"][k]
+        ax = axes[0][2 * j]
+        for m, r in blk["rank_curve"].items():
+            ax.plot(np.arange(1, len(r) + 1), r, label=m, color=colors[m], lw=2.4 if is_calibo(m) else 1.2)
+        ax.set_title(f"real tuning, {k} in flight: mean rank ({blk['cells']} cells)", fontsize=9)
+        ax.set_xlabel("completed trials")
+        ax.set_ylabel("mean rank of best-so-far (lower is better)")
+        ax.legend(fontsize=7)
+        ax = axes[0][2 * j + 1]
+        tasks = blk["tasks"]
+        width = 0.8 / len(blk["methods"])
+        for i, m in enumerate(blk["methods"]):  # per task: 0 = the best method's mean best, 1 = the worst's
+            rel = []
+            for t in tasks:
+                vals = [blk["mean_best"][mm][t] for mm in blk["methods"]]
+                span = max(vals) - min(vals)
+                rel.append((blk["mean_best"][m][t] - min(vals)) / span if span > 0 else 0.0)
+            ax.bar(np.arange(len(tasks)) + i * width, rel, width, color=colors[m], label=m)
+        ax.set_xticks(np.arange(len(tasks)) + 0.4, [t + ("*" if t in summary["plateau_tasks"] else "")
+                                                    for t in tasks], rotation=60, ha="right", fontsize=7)
+        ax.set_title(f"{k} in flight: mean best at {summary['trials']}, 0 = best method, 1 = worst "
+                     "(* plateau task)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--in-flight", default="1,8", help="comma list of K (trials in flight)")
+    add_run_arguments(ap, RESULTS / "real_tuning.json")
+    ap.set_defaults(tasks=",".join(REAL_TASKS), seeds=5)
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    if args.merge:
+        runs, meta = merge_parts(args.merge, run_key, args.trials)
+        trials = meta["trials"]
+    else:
+        methods = parse_methods(args.methods)
+        check_methods(methods)
+        tasks = args.tasks.split(",")
+        bad = [t for t in tasks if t not in TASKS]
+        if bad:
+            sys.exit(f"unknown tasks {bad}; choose from {sorted(REAL_TASKS)}")
+        ks = [int(k) for k in args.in_flight.split(",")]
+        seeds = range(args.seed_offset, args.seed_offset + args.seeds)
+        skipped = [r for f in args.skip for r in json.loads(Path(f).read_text())["runs"]]
+        done = {run_key(r) for r in skipped}
+        jobs = [(m, t, args.trials, k, s) for s in seeds for t in tasks for k in ks for m in methods
+                if (m, t, s, k) not in done and not (m in SEQUENTIAL_ONLY and k != 1)]
+        slow = ("confopt", "smac", "optuna_gp", "mlp_iris", "rf_wine")
+        jobs.sort(key=lambda j: (j[0] not in slow and j[1] not in slow, j))  # slowest first
+        runs = skipped + run_jobs(jobs, args.workers, out.with_suffix(".partial.json"))
+        trials = args.trials
+        meta = {"methods": methods, "tasks": tasks, "in_flight": ks, "seeds": args.seeds,
+                "seed_offset": args.seed_offset, "trials": trials, "durations": "lognormal(0, 1)",
+                "workers": args.workers, "cpu_count": os.cpu_count()}
+    summary = summarize(runs, trials)
+    print_tables(summary)
+    meta["wall_seconds"] = time.time() - t0
+    out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}))
+    plot(summary, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()
