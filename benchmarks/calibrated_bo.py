@@ -126,7 +126,8 @@ def run_one(function: str, acquisition: str, method: str, surrogate: str, seed: 
     task = TASKS[function]
     opt = Optimizer(task.space, direction="minimize", seed=seed, surrogate=surrogate,
                     acquisition=acquisition, n_warmup=n_init, conformal="raw", adapter="none",
-                    levels=LEVELS, ucb_pair=ucb_pair, surrogate_options=surrogate_options)
+                    levels=LEVELS, ucb_pair=ucb_pair, surrogate_options=surrogate_options,
+                    warp="none", local_search=0)  # the paper's setting: plain values, a fixed candidate set
     values, params = [], []
     t0 = time.perf_counter()
     for _ in range(n_init + steps):

@@ -8,6 +8,7 @@ from scipy.stats import norm
 
 from calibo.engine import EngineConfig, SearchSpace, Snapshot, fit, initial_states, select
 from calibo.engine import acquisition as acq
+from calibo.engine.warp import Warp
 
 L = 10
 LEVELS = (np.arange(L) + 0.5) / L
@@ -28,7 +29,7 @@ def test_a_dominating_candidate_is_picked(name: str) -> None:
     assert pick(name, Q, best=1.0) == 3
 
 
-@pytest.mark.parametrize("name", ["ucb", "ei", "pi", "mean"])
+@pytest.mark.parametrize("name", ["ucb", "ei", "pi", "mean", "logei"])
 def test_a_slightly_shifted_copy_is_picked_by_deterministic_scores(name: str) -> None:
     # same shape, the middle row shifted down by a little: every deterministic score must see it
     shape = np.sort(np.random.default_rng(3).normal(size=L))
@@ -54,6 +55,42 @@ def test_ei_prefers_variance_when_means_tie_above_best() -> None:
     Q = normal_rows([1.0, 1.0], [0.1, 1.0])
     assert pick("ei", Q, best=0.0) == 1
     assert pick("pi", Q, best=0.0) == 1
+
+
+def test_log_ei_is_gaussian_ei_in_the_tails_and_close_in_the_body() -> None:
+    means = np.array([0.0, 0.5, 1.0, 3.0, 8.0, 40.0])
+    sds = np.array([1.0, 0.3, 2.0, 0.5, 1.0, 1.0])
+    best = 0.2
+    z = (best - means) / sds
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 60  # the reference in high precision: at z = -40 double precision underflows
+    exact = np.array([float(mpmath.log(s * (mpmath.npdf(v) + v * mpmath.ncdf(v))))
+                      for s, v in zip(sds, z, strict=True)])
+    got = acq.log_ei(normal_rows(means, sds), LEVELS, best)
+    assert np.all(np.isfinite(got))
+    # far from improving, only the Gaussian tail counts: exact; near, the piecewise-uniform body
+    # between the 5% and 95% quantiles differs from the normal by a few percent
+    np.testing.assert_allclose(got[3:], exact[3:], rtol=1e-9)
+    np.testing.assert_allclose(np.exp(got[:3]), np.exp(exact[:3]), rtol=0.05)
+
+
+def test_log_ei_tells_apart_what_ei_scores_zero() -> None:
+    # once the search found a good region, most candidates' bounded EI is exactly 0: a tie that
+    # argmin breaks by row order; log EI still ranks them by how far (in their spread) they are
+    Q = normal_rows([3.0, 5.0, 4.0, 3.5], [0.5, 2.0, 0.4, 0.3])
+    assert np.all(acq.ei(Q, LEVELS, 0.0) == 0.0)
+    s = acq.logei(Q, LEVELS, 0.0)
+    assert np.all(np.isfinite(s)) and len(set(s.round(9))) == 4
+    assert int(np.argmin(s)) == 1  # z = -2.5: the most likely to improve, and by the most
+
+
+def test_a_plateau_tie_is_not_sure_improvement() -> None:
+    """A quantized metric: many observations at the best value make the model predict that value,
+    with little spread, across the plateau. PI scores such a point near 1/2, above any uncertain
+    point; log EI values the size of an improvement, and prefers the point that could improve."""
+    Q = normal_rows([0.10, 0.13], [0.001, 0.04])  # on the plateau at best = 0.10 / off it, uncertain
+    assert pick("pi", Q, best=0.10) == 0
+    assert pick("logei", Q, best=0.10) == 1
 
 
 def test_ei_matches_monte_carlo_of_its_piecewise_uniform_distribution() -> None:
@@ -183,7 +220,9 @@ def test_fit_and_select_are_symmetric_in_direction(name: str, n: int) -> None:
     lo = fit(obs, space, cfg, "minimize", seed=2)
     hi = fit([(c, -v) for c, v in obs], space, cfg, "maximize", seed=2)
     np.testing.assert_array_equal(lo.raw, hi.raw)
-    assert lo.best == hi.best == min(v for _, v in obs)
+    assert lo.best == hi.best
+    # the snapshot works on warped values (engine.warp); its best maps back to the best observed
+    np.testing.assert_allclose(Warp.from_dict(lo.meta.get("warp")).inverse(lo.best), min(v for _, v in obs))
     states = initial_states(cfg)
     a = select(lo, states, space, cfg, count=3, direction="minimize", asked=n, seed=2)
     b = select(hi, states, space, cfg, count=3, direction="maximize", asked=n, seed=2)

@@ -79,7 +79,7 @@ def test_create_is_idempotent_and_conflicts_on_a_different_definition(http: http
     assert r1.status_code == 201
     s = r1.json()
     assert s["name"] == name and s["seed"] == 3 and s["settings"]["n_warmup"] == 7
-    assert s["surrogate"] == "qgp" and s["acquisition"] == "pi"
+    assert s["surrogate"] == "qgp" and s["acquisition"] == "logei"
     assert s["trials"] == {"running": 0, "complete": 0, "failed": 0, "pruned": 0, "total": 0}
     assert s["best_trial"] is None and s["surrogate_status"]["snapshot_version"] is None
     assert [p["coverage"] for p in s["adaptive"]["pairs"]] == [0.9, 0.7, 0.5, 0.3, 0.1]

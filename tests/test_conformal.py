@@ -184,3 +184,24 @@ def test_schedule_and_levels() -> None:
     for bad in ([0.2, 0.9], [0.1, 0.5, 0.9], [0.6, 0.4], [0.0, 1.0]):
         with pytest.raises(ValueError):
             check_levels(np.array(bad))
+
+
+def test_split_refit_shows_a_model_of_every_observation_with_the_split_scores() -> None:
+    rng = np.random.default_rng(11)
+    X = rng.random((60, 2))
+    y = np.sin(4 * X[:, 0]) + X[:, 1] ** 2  # noise-free: a GP that saw a point predicts it
+    plain = conformalize(lambda: make_surrogate("qgp", LEVELS, 0), X, y, "split", 3)
+    refit = conformalize(lambda: make_surrogate("qgp", LEVELS, 0), X, y, "split", 3, refit=True)
+    np.testing.assert_array_equal(refit.scores, plain.scores)  # held-out scores of the split model
+    np.testing.assert_array_equal(refit.cal_index, plain.cal_index)
+    cal = plain.cal_index
+    median = LEVELS.size // 2
+
+    def error(cf) -> float:
+        q = cf.model.predict_quantiles(X[cal])
+        return float(np.abs(0.5 * (q[:, median - 1] + q[:, median]) - y[cal]).mean())
+
+    assert error(refit) < 0.1 * error(plain)  # the calibration points are in the refitted model
+    # same hyperparameters: the refit only conditions on the held-out points too
+    np.testing.assert_allclose(refit.model.gp_kernel()["lengthscale"], plain.model.gp_kernel()["lengthscale"],
+                               rtol=0.05)

@@ -199,8 +199,9 @@ def test_used_up_candidates_fall_back_to_quasi_random_points() -> None:
 
     space = SearchSpace.from_dict(BRANIN_SPACE)
     obs = [(p, branin(p)) for p in space.from_unit(space.sample(20, 0))]
-    cfg = EngineConfig(n_candidates=6, mutation_fraction=0.0, n_warmup=5)
+    cfg = EngineConfig(n_candidates=6, mutation_fraction=0.0, n_warmup=5, local_search=2)
     snap = fit(obs, space, cfg, seed=0)
+    assert 6 < len(snap.candidates) <= 6 + 2 + 2  # the drawn six, and the local search's ends
     got = select(snap, initial_states(cfg), space, cfg, count=10, asked=20)
     assert len(got) == 10
     assert [s.prediction is not None for s in got] == [True] * len(snap.candidates) + [False] * (10 - len(snap.candidates))

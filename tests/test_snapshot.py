@@ -17,6 +17,7 @@ from calibo.engine import (
     initial_states,
     select,
 )
+from calibo.engine.warp import Warp
 
 SPACE = SearchSpace.from_dict({"a": {"type": "float", "low": 0, "high": 1},
                                "b": {"type": "categorical", "choices": ["x", "y", "z"]}})
@@ -92,7 +93,9 @@ def test_maximize_snapshot_round_trip(acquisition: str) -> None:
     obs = [(c, -v) for c, v in observations(40)]
     snap = fit(obs, SPACE, cfg, direction="maximize", seed=2)
     back = Snapshot.from_bytes(snap.to_bytes())
-    assert back.best == snap.best == -max(v for _, v in obs)  # minimise orientation
+    assert back.best == snap.best and back.meta == snap.meta
+    # minimise orientation, on the warped scale the snapshot carries (engine.warp)
+    np.testing.assert_allclose(Warp.from_dict(snap.meta["warp"]).inverse(snap.best), -max(v for _, v in obs))
     states = initial_states(cfg)
     x = select(snap, states, SPACE, cfg, count=2, direction="maximize", asked=40, seed=2)
     y = select(back, states, SPACE, cfg, count=2, direction="maximize", asked=40, seed=2)

@@ -13,6 +13,7 @@ import pytest
 
 from calibo.engine import EngineConfig, SearchSpace, Snapshot, fit, initial_states, select
 from calibo.engine.surrogates import SURROGATES
+from calibo.engine.warp import Warp
 
 SPACE = SearchSpace.from_dict({f"x{i}": {"type": "float", "low": 0.0, "high": 1.0} for i in range(3)})
 ALPHAS = np.array([0.1, 0.3, 0.5, 0.7, 0.9])  # the default grid's pairs: 90/70/50/30/10% intervals
@@ -45,9 +46,10 @@ def test_split_conformal_coverage_through_the_engine(name: str) -> None:
         Xt, yt = draw(rng, 300)
         snap = fit(observations(X, y), SPACE, config(name), seed=r, candidates=Xt, device="cpu")
         assert snap.method == "split"
-        Q = snap.bounds.at(ALPHAS)
+        Q = snap.bounds.at(ALPHAS)  # on the snapshot's warped scale (engine.warp): a monotone map
+        yw = Warp.from_dict(snap.meta.get("warp")).forward(yt)
         L = Q.shape[1]
-        covs.append([np.mean((Q[:, j] <= yt) & (yt <= Q[:, L - 1 - j])) for j in range(ALPHAS.size)])
+        covs.append([np.mean((Q[:, j] <= yw) & (yw <= Q[:, L - 1 - j])) for j in range(ALPHAS.size)])
     cov = np.mean(covs, axis=0)
     assert np.all(cov >= NOMINAL - 0.03) and np.all(cov <= NOMINAL + 0.06), (name, cov.round(3))
 

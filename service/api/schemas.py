@@ -43,6 +43,7 @@ from calibo.engine.optimizer import CONFORMAL_MODES
 from calibo.engine.pruning import PRUNERS
 from calibo.engine.shift import SHIFT_MODES
 from calibo.engine.surrogates import SURROGATES
+from calibo.engine.warp import WARPS
 
 from ..studies import SERVICE_SETTINGS
 
@@ -175,6 +176,8 @@ StudySettings = create_model(
     crowd=(Literal[CROWD_MODES] | None, Field(None, description="how running trials condition a choice: "  # type: ignore[valid-type]
            "believer (default; GP surrogates: spread conditioned on the running points, others penalize), "
            "penalize (local penalisation with the model's Lipschitz constant) or radius (fixed diversity radius)")),
+    warp=(Literal[WARPS] | None, Field(None, description="output warp before the fit: yeo-johnson (default: "  # type: ignore[valid-type]
+          "a power transform fitted to the values, for heavy-tailed and quantized metrics) or none")),
     shift=(Literal[SHIFT_MODES] | None, Field(None, description="none (default) or fcs: split-rule intervals "  # type: ignore[valid-type]
            "weighted for the feedback covariate shift of the selection (Fannjiang et al. 2022); not with "
            "conformal cv+ or raw")),
@@ -236,7 +239,9 @@ class StudyCreate(_Request):
     )
     direction: Direction = "minimize"
     surrogate: Literal[tuple(SURROGATES)] | None = Field(None, description="qgp (default), qgbm, qrf, ql, qe")  # type: ignore[valid-type]
-    acquisition: Literal[ACQUISITIONS] | None = Field(None, description="pi (default), ei, ucb, ts, obs, mean")  # type: ignore[valid-type]
+    acquisition: Literal[ACQUISITIONS] | None = Field(
+        None, description="logei (default: log expected improvement on the calibrated distribution), ei, pi, "
+        "ucb, ts, its, obs, mean")  # type: ignore[valid-type]
     seed: json_int(ge=0, le=2**32 - 1) | None = Field(None, description="default: derived from the name")
     pruner: Annotated[PrunerSpec, BeforeValidator(_pruner_name, json_schema_input_type=PrunerName | PrunerSpec)
                       ] | None = Field(

@@ -23,13 +23,33 @@ quantiles at the study's levels, sorted along each row.
   best observed value (3.1), on the distribution whose quantile function is
   linear between the calibrated quantiles (uniform density within adjacent
   quantile intervals), with linear tails to levels 0 and 1.
+* ``logei`` (the default): the logarithm of the expected improvement over the
+  best observed value, on the same piecewise-uniform body between the outermost
+  calibrated quantiles but with Gaussian tails beyond them: below the lowest
+  quantile ``q_1`` (level ``l_1``) the distribution continues as the normal whose
+  ``l_1`` and ``l_2`` quantiles are ``q_1`` and ``q_2`` (and likewise above). The
+  tails give every candidate a positive expected improvement, so candidates the
+  bounded body would all score at exactly zero (most of them, once the search
+  has found a good region) are still told apart by how far, in their own
+  spread, they are from improving; the logarithm keeps that comparison exact
+  where the improvement underflows (Ament et al., 2023, "Unexpected Improvements
+  to Expected Improvement for Bayesian Optimization", eq. 9). Unlike ``pi``, it
+  values the size of an improvement: a candidate predicted to tie the best with
+  a narrow spread (a plateau of equal observed values) has a small expected
+  improvement, not the probability of one half ``pi`` gives it.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import math
 
-ACQUISITIONS = ("obs", "ts", "its", "ucb", "ei", "pi", "mean")
+import numpy as np
+from scipy.special import erfcx, log_ndtr, ndtr, ndtri
+
+ACQUISITIONS = ("logei", "obs", "ts", "its", "ucb", "ei", "pi", "mean")
+# the lower-is-better scores of these are -log(utility): a crowd's penalty adds -log(phi) to them
+LOG_UTILITY = ("logei",)
+POSITIVE_UTILITY = ("ei", "pi")  # -score >= 0: a crowd's penalty multiplies it
 
 
 def _knots(Q: np.ndarray, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -95,6 +115,73 @@ def pi(Q: np.ndarray, levels: np.ndarray, best: float) -> np.ndarray:
     return -prob + 1e-9 * (Q[:, 0] - best) / spread
 
 
+_C1 = 0.5 * math.log(2.0 * math.pi)
+_C2 = 0.5 * math.log(math.pi / 2.0)
+
+
+def log_h(z: np.ndarray) -> np.ndarray:
+    """``log(phi(z) + z Phi(z))``: the log of a unit normal's expected improvement at standardised
+    gap ``z``, stable for very negative ``z`` (Ament et al., 2023, eq. 9)."""
+    z = np.asarray(z, dtype=float)
+    out = np.empty_like(z)
+    hi = z > -1.0
+    zh = z[hi]
+    out[hi] = np.log(np.exp(-0.5 * zh * zh - _C1) + zh * np.exp(log_ndtr(zh)))
+    mid = ~hi & (z > -1e8)
+    zm = z[mid]
+    # log(1 - exp(x)) with x = log(erfcx(-z / sqrt 2) |z|) + log(sqrt(pi / 2)) < 0
+    x = np.log(erfcx(-zm / math.sqrt(2.0)) * np.abs(zm)) + _C2
+    out[mid] = -0.5 * zm * zm - _C1 + np.where(x > -math.log(2.0), np.log(-np.expm1(x)), np.log1p(-np.exp(x)))
+    lo = ~hi & ~mid
+    out[lo] = -0.5 * z[lo] ** 2 - _C1 - 2.0 * np.log(np.abs(z[lo]))
+    return out
+
+
+def log_ei(Q: np.ndarray, levels: np.ndarray, best: float) -> np.ndarray:
+    """log E[max(best - Y, 0)] for the body-and-Gaussian-tails distribution (see ``logei``).
+
+    The body between ``q_1`` and ``q_L`` is piecewise uniform (mass ``l_{k+1} - l_k`` between
+    ``q_k`` and ``q_{k+1}``); below ``q_1`` the mass ``l_1`` follows ``N(mu, s^2)`` with
+    ``s = (q_2 - q_1) / (z_2 - z_1)`` and ``mu = q_1 - s z_1`` (``z_k`` the normal quantiles of
+    the levels), so that with ``b = min(best, q_1)`` and ``u = (b - mu) / s``,
+    ``E[(best - Y) 1{Y < b}] = (best - b) Phi(u) + s h(u)``, summed in log space; the upper tail
+    (a normal matched at ``q_{L-1}``, ``q_L``) only counts when ``best > q_L``.
+    """
+    lv = np.asarray(levels, float)
+    n, L = Q.shape
+    zl = ndtri(lv)
+    # body: E[(best - Y)^+ ; q_1 <= Y <= q_L] over uniform segments
+    a, b = Q[:, :-1], Q[:, 1:]
+    mass = np.diff(lv)[None, :]
+    width = np.maximum(b - a, 1e-300)
+    full = best >= b
+    part = (best > a) & ~full
+    gain = np.where(full, best - (a + b) / 2.0, np.where(part, (best - a) ** 2 / (2.0 * width), 0.0))
+    body = (gain * mass).sum(axis=1)
+    # lower tail: Y ~ N(mu, s) restricted to Y < q_1 (its mass there is exactly l_1)
+    s_lo = np.maximum((Q[:, 1] - Q[:, 0]) / (zl[1] - zl[0]), 1e-12 * (1.0 + np.abs(Q[:, 0])))
+    mu_lo = Q[:, 0] - s_lo * zl[0]
+    cut = np.minimum(best, Q[:, 0])
+    u = (cut - mu_lo) / s_lo  # E[(best - Y) 1{Y < cut}] = (best - cut) Phi(u) + s h(u)
+    log_tail = np.logaddexp(np.log(s_lo) + log_h(u),
+                            np.where(best > cut, np.log(np.maximum(best - cut, 1e-300)) + log_ndtr(u), -np.inf))
+    # upper tail: only when the best lies above the highest quantile; the normal above q_L has mass
+    # 1 - l_L, and E[(best - Y) 1{q_L < Y < best}] = (best - mu)(Phi(c) - l_L) + s (phi(c) - phi(z_L))
+    s_hi = np.maximum((Q[:, -1] - Q[:, -2]) / (zl[-1] - zl[-2]), 1e-12 * (1.0 + np.abs(Q[:, -1])))
+    mu_hi = Q[:, -1] - s_hi * zl[-1]
+    c = (best - mu_hi) / s_hi
+    pdf = np.exp(-0.5 * c * c - _C1) - math.exp(-0.5 * zl[-1] ** 2 - _C1)
+    upper = np.where(best > Q[:, -1], (best - mu_hi) * (ndtr(c) - lv[-1]) + s_hi * pdf, 0.0)
+    upper = np.maximum(upper, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.logaddexp(np.log(body + upper), log_tail)
+
+
+def logei(Q: np.ndarray, levels: np.ndarray, best: float) -> np.ndarray:
+    """-log EI (lower is better)."""
+    return -log_ei(Q, levels, best)
+
+
 def score(
     name: str,
     Q: np.ndarray,
@@ -115,6 +202,8 @@ def score(
         return ucb(Q, levels, ucb_pair)
     if name == "mean":
         return mean_of(Q, levels)
+    if name == "logei":
+        return mean_of(Q, levels) if best is None else logei(Q, levels, best)
     if name in ("ei", "pi"):
         if best is None:
             return mean_of(Q, levels)

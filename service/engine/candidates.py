@@ -57,3 +57,81 @@ def candidate_set(
                     break
         cand = np.vstack([cand, extra[more]])
     return cand
+
+
+# Float coordinates move by these unit-cube steps, the largest first; a start whose neighbours do not
+# improve halves to the next, and stops after the last.
+LOCAL_STEPS = (0.1, 0.05, 0.02, 0.01, 0.005, 0.002)
+
+
+def neighbours(space: SearchSpace, x: np.ndarray, step: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The snapped one-coordinate moves of unit rows ``x`` (one row, or a batch with a step each): a
+    float by +-``step``; an int or ordinal to the adjacent value (the next bin, whatever ``step``); a
+    categorical to each other choice. Returns ``(rows, owner)``: the moves and the row each moved."""
+    x = np.atleast_2d(x)
+    step = np.broadcast_to(np.asarray(step, dtype=float), (x.shape[0],))
+    rows, owners = [], []
+    for j, p in enumerate(space.params):
+        col = x[:, j]
+        if p.type == "categorical":
+            cur = p.from_unit(col).astype(int)
+            for c in range(len(p.choices)):
+                moved = np.flatnonzero(cur != c)
+                if moved.size:
+                    y = x[moved].copy()
+                    y[:, j] = p.to_unit(np.array([c], dtype=float))[0]
+                    rows.append(y)
+                    owners.append(moved)
+            continue
+        if p.type == "float":
+            targets = [col - step, col + step]
+            valid = [(t >= 0.0) & (t <= 1.0) for t in targets]
+        else:  # int / ordinal: the values either side
+            v = p.from_unit(col)
+            lo, hi = (0, len(p.choices) - 1) if p.type == "ordinal" else (p.low, p.high)
+            targets, valid = [], []
+            for w in (v - 1, v + 1):
+                ok = (w >= lo) & (w <= hi)
+                targets.append(p.to_unit(np.clip(w, lo, hi)))
+                valid.append(ok)
+        for t, ok in zip(targets, valid, strict=True):
+            moved = np.flatnonzero(ok)
+            if moved.size:
+                y = x[moved].copy()
+                y[:, j] = t[moved]
+                rows.append(y)
+                owners.append(moved)
+    if not rows:
+        return np.empty((0, space.dim)), np.empty(0, dtype=int)
+    return space.snap(np.vstack(rows)), np.concatenate(owners)
+
+
+def local_search(space: SearchSpace, score, starts: np.ndarray, *, max_iter: int = 20) -> np.ndarray:
+    """Greedy coordinate descent of ``score`` (unit rows -> lower-is-better values) from each start.
+
+    Each round scores every active start's neighbours in one call and moves each start to its best
+    neighbour if that improves on it; a start that cannot improve shrinks its float step (``LOCAL_STEPS``)
+    and stops after the smallest. Returns the points the starts ended on (snapped unit rows).
+    """
+    cur = np.atleast_2d(starts).copy()
+    if cur.shape[0] == 0:
+        return cur
+    cur_score = np.asarray(score(cur), dtype=float)
+    level = np.zeros(len(cur), dtype=int)
+    for _ in range(max_iter):
+        active = np.flatnonzero(level < len(LOCAL_STEPS))
+        if active.size == 0:
+            break
+        rows, owner = neighbours(space, cur[active], np.asarray(LOCAL_STEPS)[level[active]])
+        sc = np.asarray(score(rows), dtype=float) if rows.shape[0] else np.empty(0)
+        for k, i in enumerate(active):
+            mine = np.flatnonzero(owner == k)
+            if mine.size == 0:
+                level[i] = len(LOCAL_STEPS)
+                continue
+            b = mine[int(np.argmin(sc[mine]))]
+            if sc[b] < cur_score[i] - 1e-12 * (1.0 + abs(cur_score[i])):
+                cur[i], cur_score[i] = rows[b], sc[b]
+            else:
+                level[i] += 1
+    return cur

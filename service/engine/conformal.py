@@ -175,7 +175,20 @@ def conformalize(
     k_folds: int = 5,
     cal_fraction: float = 0.25,
     n_bootstraps: int = 20,
+    refit: bool = False,
 ) -> ConformalFit:
+    """Fit the surrogate(s) and the calibration scores of ``method``.
+
+    ``refit`` (split only, and only for surrogates whose refit is the same model conditioned on more
+    points: ``conditions_on_refit``, the GP): the shown model is the split model's fold clone (the
+    same hyperparameters) conditioned on every observation, and the calibration scores stay the
+    split model's held-out ones. The split's finite-sample guarantee is then approximate (the
+    posterior on more points is a little narrower where the calibration points lie), but the
+    acquisition no longer works on a model that never saw a quarter of the observations, the best
+    among them possibly; the adaptive layer (ACI / DtACI) keeps the long-run coverage. A surrogate
+    refitted from scratch (boosting, forests, networks) would be another model than the one scored,
+    and under-covers (measured: LW-GBM's 90% intervals covered 81%), so it keeps the split model.
+    """
     if method == "raw":
         return ConformalFit("raw", make().fit(X, y), None)
     rng = np.random.default_rng(seed)
@@ -185,7 +198,10 @@ def conformalize(
         n_cal = max(2, int(round(cal_fraction * n)))
         cal, tr = perm[:n_cal], perm[n_cal:]
         model = make().fit(X[tr], y[tr])
-        return ConformalFit("split", model, model_scores(model, X[cal], y[cal]), cal_index=cal)
+        sc = model_scores(model, X[cal], y[cal])
+        if refit and getattr(model, "conditions_on_refit", False):
+            model = model.fold_clone().fit(X, y)
+        return ConformalFit("split", model, sc, cal_index=cal)
     if method in ("cv+", "crossval"):
         full = make().fit(X, y)  # tunes the hyperparameters the folds reuse
         k = min(k_folds, n)

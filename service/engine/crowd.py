@@ -198,14 +198,20 @@ def penalty(cand: np.ndarray, Q: np.ndarray, levels: np.ndarray, lipschitz_: flo
     return np.prod(0.5 * erfc(-z), axis=1)
 
 
-def penalised_scores(sc: np.ndarray, phi: np.ndarray, positive: bool) -> np.ndarray:
+def penalised_scores(sc: np.ndarray, phi: np.ndarray, acquisition: str) -> np.ndarray:
     """Scores (lower is better) of utilities multiplied by ``phi``.
 
-    PI and EI utilities (``-score``) are non-negative already; the others go
+    PI and EI utilities (``-score``) are non-negative already; log EI's score is
+    ``-log(utility)``, so the product is ``score - log(phi)``; the others go
     through a softplus of their standardised utility (Gonzalez et al., 2016, 3.2).
     """
+    from .acquisition import LOG_UTILITY, POSITIVE_UTILITY
+
+    if acquisition in LOG_UTILITY:
+        with np.errstate(divide="ignore"):
+            return sc - np.log(phi)
     u = -sc
-    if positive:
+    if acquisition in POSITIVE_UTILITY:
         u = np.maximum(u, 0.0) + 1e-12
     else:
         sd = float(np.std(u)) or 1.0
@@ -280,11 +286,11 @@ class Crowd:
     def allowed(self) -> np.ndarray:
         return ~self.near
 
-    def scores(self, score_fn: Any, positive: bool) -> np.ndarray:
+    def scores(self, score_fn: Any, acquisition: str) -> np.ndarray:
         """``score_fn(Q, best)`` with the running points accounted for (lower is better)."""
         if not self.rows or self.mode == "radius":
             return score_fn(self.Q, self.best)
         if self.mode == "believer":
             return score_fn(narrow(self.Q, self.believer.shrink()), believed_best(self.best, self.Q, self.rows))
         phi = penalty(self.cand, self.Q, self.levels, self.lipschitz, self.best, self.rows)
-        return penalised_scores(score_fn(self.Q, self.best), phi, positive)
+        return penalised_scores(score_fn(self.Q, self.best), phi, acquisition)

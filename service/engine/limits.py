@@ -37,10 +37,11 @@ SETTING_RANGES: dict[str, tuple[float, float]] = {
     "aci_gamma": (0.0, 1.0),  # exclusive at both ends
     "diversity": (0.0, 1.0),  # exclusive at the top
     "n_bootstraps": (2, 100),
+    "local_search": (0, 100),
 }
 OPEN_RANGES = {"cal_fraction": (True, True), "aci_gamma": (True, True), "diversity": (False, True)}
 INT_SETTINGS = ("n_levels", "n_warmup", "conformalize_from", "split_from", "n_candidates", "top_k",
-                "cv_folds", "dtaci_window", "n_bootstraps")
+                "cv_folds", "dtaci_window", "n_bootstraps", "local_search")
 
 # Options each surrogate takes in ``surrogate_options``: (kind, lowest, highest).
 SURROGATE_OPTIONS: dict[str, dict[str, tuple[str, float, float]]] = {
@@ -66,7 +67,7 @@ SURROGATE_OPTIONS: dict[str, dict[str, tuple[str, float, float]]] = {
 }
 # Options that take one of a few words: {surrogate: {option: choices}}.
 SURROGATE_CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
-    "qgp": {"backend": ("auto", "sklearn", "torch")},
+    "qgp": {"backend": ("auto", "sklearn", "torch"), "prior": ("none", "smooth")},
     "gp-recal": {"splits": ("loo", "timeseries")},
 }
 

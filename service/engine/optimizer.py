@@ -22,7 +22,7 @@ from . import acquisition as acq
 from . import crowd
 from . import device as devices
 from .adaptive import ADAPTERS, AdaptiveState, new_state, state_from_dict, state_to_dict
-from .candidates import candidate_set
+from .candidates import candidate_set, local_search
 from .conformal import (
     beta_of,
     check_levels,
@@ -39,6 +39,7 @@ from .shift import SHIFT_MODES, snapshot_weights
 from .snapshot import Snapshot
 from .space import ParamError, SearchSpace
 from .surrogates import SURROGATES, make_surrogate
+from .warp import BIG, WARPS, Warp, fit_warp
 
 DIRECTIONS = ("minimize", "maximize")
 CONFORMAL_MODES = ("adaptive", "split", "cv+", "crossval", "jab+", "raw")
@@ -49,7 +50,9 @@ class EngineConfig:
     """How a study's surrogate is fitted, calibrated and used. Plain, serialisable."""
 
     surrogate: str = "qgp"  # chosen by benchmarks/search.py; paper 002 picked QE, measured slower and worse here
-    acquisition: str = "pi"  # chosen by benchmarks/search.py (README, "Search quality")
+    acquisition: str = "logei"  # log expected improvement with Gaussian tails (engine.acquisition)
+    warp: str = "yeo-johnson"  # output warp before the fit (engine.warp): none | yeo-johnson
+    local_search: int = 5  # best drawn candidates fit's acquisition local search starts from (0: none)
     adapter: str = "dtaci"  # dtaci | aci | none
     conformal: str = "adaptive"  # adaptive (CV+ then split) | split | cv+ | crossval | jab+ | raw
     shift: str = "none"  # none | fcs: covariate-shift weighted split-rule intervals (engine.shift)
@@ -63,6 +66,7 @@ class EngineConfig:
     mutation_fraction: float = 0.5
     cv_folds: int = 5
     cal_fraction: float = 0.25
+    split_refit: bool = True  # split conformal: the shown model sees every observation (conformal.conformalize)
     n_bootstraps: int = 20  # bootstrap models of jab+
     aci_gamma: float = 0.05  # ACI learning rate; a 100-trial horizon needs a fast one
     dtaci_window: int = 50
@@ -86,6 +90,10 @@ class EngineConfig:
         if self.shift not in SHIFT_MODES or (self.shift != "none" and self.conformal in ("cv+", "raw")):
             bad("shift", f"must be one of {list(SHIFT_MODES)}; fcs weights split-rule intervals "
                 "(conformal adaptive, split, crossval or jab+), not CV+ or raw ones")
+        if not isinstance(self.split_refit, bool):
+            bad("split_refit", "must be true or false")
+        if self.warp not in WARPS:
+            bad("warp", f"must be one of {list(WARPS)}")
         if self.crowd not in crowd.CROWD_MODES:
             bad("crowd", f"must be one of {list(crowd.CROWD_MODES)}")
         if self.levels is not None:
@@ -129,6 +137,9 @@ class EngineConfig:
 
 @dataclass
 class Suggestion:
+    """A configuration to evaluate, and the calibrated prediction it was chosen on (None in the
+    warm start): quantiles, mean and intervals in the user's units."""
+
     params: dict[str, Any]
     prediction: dict[str, Any] | None = None
 
@@ -202,7 +213,8 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     if n < 4:
         raise ValueError("fit needs at least 4 observations")
     U = space.to_unit([p for p, _ in observations])
-    y = sign * np.asarray([v for _, v in observations], dtype=float)
+    warp = fit_warp(config.warp, sign * np.asarray([v for _, v in observations], dtype=float))
+    y = warp.forward(sign * np.asarray([v for _, v in observations], dtype=float))
     X = space.features(U)
     levels = config.level_grid
     method = schedule(n, config.conformalize_from, config.split_from, config.conformal)
@@ -214,35 +226,49 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
                               **config.surrogate_options)
 
     cf = conformalize(make, X, y, method, fit_seed, k_folds=config.cv_folds,
-                      cal_fraction=config.cal_fraction, n_bootstraps=config.n_bootstraps)
+                      cal_fraction=config.cal_fraction, n_bootstraps=config.n_bootstraps,
+                      refit=config.split_refit)
+
+    def quantiles(model, rows: np.ndarray) -> np.ndarray:  # an exhausted small space leaves no candidate
+        return model.predict_quantiles(space.features(rows)) if rows.shape[0] else np.empty((0, levels.size))
+
     if candidates is None:
         cand = candidate_set(space, U, y, rng, n_candidates=config.n_candidates, top_k=config.top_k,
                              mutation_fraction=config.mutation_fraction)
+        raw = quantiles(cf.model, cand)
+        if config.local_search and cand.shape[0]:
+            extra = _searched(space, cf.model, cand, raw, U, y, config)
+            if extra.shape[0]:
+                cand, raw = np.vstack([cand, extra]), np.vstack([raw, quantiles(cf.model, extra)])
         if pending:
-            cand = _with_running(space, cand, pending)
+            more = _with_running(space, cand, pending)
+            if more.shape[0] > cand.shape[0]:
+                raw = np.vstack([raw, quantiles(cf.model, more[cand.shape[0]:])])
+                cand = more
     else:
         cand = space.snap(candidates)
+        raw = quantiles(cf.model, cand)
     Xc = space.features(cand)
 
     def f32(a: np.ndarray) -> np.ndarray:  # what storage keeps, so stored == in-memory
         return a.astype(np.float32).astype(np.float64)
 
-    def quantiles(model) -> np.ndarray:  # an exhausted small space leaves no candidate to predict
-        return model.predict_quantiles(Xc) if Xc.shape[0] else np.empty((0, levels.size))
-
     def spread(model) -> np.ndarray:
         return model.predict_scale(Xc) if Xc.shape[0] else np.empty(0)
 
-    raw = f32(quantiles(cf.model))
+    raw = f32(raw)
     fold_raw = scale = fold_scale = None
     if cf.fold_models is not None:
-        fold_raw = f32(np.stack([quantiles(m) for m in cf.fold_models]))
+        fold_raw = f32(np.stack([quantiles(m, cand) for m in cf.fold_models]))
     if cf.scaled:
         scale = f32(spread(cf.model))
         if cf.fold_models is not None:
             fold_scale = f32(np.stack([spread(m) for m in cf.fold_models]))
     cal_weight, cand_weight = snapshot_weights(config.shift, cf.method, X, cf.cal_index, Xc, raw, levels,
                                                config.acquisition, float(y.min()), fit_seed)
+    meta = {"device": cf.model.ran_on, "crowd": crowd.fit_info(cf.model, cand, raw, config.crowd)}
+    if not warp.identity:
+        meta["warp"] = warp.to_dict()
     return Snapshot(
         n_obs=n,
         method=method,
@@ -260,8 +286,43 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
         cand_weight=cand_weight,
         surrogate=config.surrogate,
         fit_seconds=time.perf_counter() - t0,
-        meta={"device": cf.model.ran_on, "crowd": crowd.fit_info(cf.model, cand, raw, config.crowd)},
+        meta=meta,
     )
+
+
+# what fit's local search optimises for each acquisition: a deterministic stand-in for the sampled ones
+_SEARCHED = {"ts": "mean", "its": "mean", "obs": "mean"}
+
+
+def _searched(space: SearchSpace, model, cand: np.ndarray, raw: np.ndarray, U: np.ndarray, y: np.ndarray,
+              config: EngineConfig) -> np.ndarray:
+    """New candidates from a local search of the acquisition (on the fitted model's raw quantiles).
+
+    Starts: the ``config.local_search`` best drawn candidates and the two best observed
+    configurations; each descends the acquisition by one-coordinate moves (``candidates.local_search``).
+    Returns the points reached that are neither observed nor drawn already. The calibrated
+    acquisition at the current alpha is select's: these only give it better places to choose from.
+    """
+    name = _SEARCHED.get(config.acquisition, config.acquisition)
+    best = float(y.min())
+    levels = config.level_grid
+    dummy = np.random.default_rng(0)
+
+    def score(rows: np.ndarray) -> np.ndarray:
+        Q = model.predict_quantiles(space.features(rows))
+        return acq.score(name, Q, levels, best=best, rng=dummy, ucb_pair=config.ucb_pair)
+
+    sc = acq.score(name, raw, levels, best=best, rng=dummy, ucb_pair=config.ucb_pair)
+    top = cand[np.argsort(sc, kind="stable")[: config.local_search]]
+    starts = np.vstack([top, U[np.argsort(y, kind="stable")[:2]]])
+    found = local_search(space, score, starts)
+    taken = set(space.keys(cand)) | set(space.keys(U))
+    keep, seen = [], set()
+    for row, k in zip(found, space.keys(found), strict=True):
+        if k not in taken and k not in seen:
+            seen.add(k)
+            keep.append(row)
+    return np.array(keep).reshape(-1, space.dim)
 
 
 def _with_running(space: SearchSpace, cand: np.ndarray, pending: Sequence[dict[str, Any]]) -> np.ndarray:
@@ -273,16 +334,23 @@ def _with_running(space: SearchSpace, cand: np.ndarray, pending: Sequence[dict[s
 
 
 # --------------------------------------------------------------------- select
-def _user_view(q_int: np.ndarray, sign: float) -> np.ndarray:
-    """Internal (minimise) quantiles, levels ascending -> user units, levels ascending."""
-    return q_int if sign > 0 else -q_int[::-1]
+def _user_view(q_int: np.ndarray, sign: float, warp: Warp) -> np.ndarray:
+    """Internal (minimise, warped) quantiles, levels ascending -> user units, levels ascending."""
+    q = warp.inverse(q_int)
+    return q if sign > 0 else -q[::-1]
+
+
+def _finite(x: float) -> float:
+    """A number a prediction can carry in JSON: infinities saturate at the warp's bound."""
+    return float(np.clip(np.nan_to_num(float(x), nan=0.0, posinf=BIG, neginf=-BIG), -BIG, BIG))
 
 
 def _prediction(snap: Snapshot, row: int, Q: np.ndarray, alphas: np.ndarray, sign: float,
                 acquisition: str, score: float) -> dict[str, Any]:
     levels = snap.levels
     L = levels.size
-    q_user = _user_view(Q[row], sign)
+    warp = Warp.from_dict(snap.meta.get("warp"))
+    q_user = _user_view(Q[row], sign, warp)
     # (2, P, n): each pair's sorted lower / upper point sets (with FCS weights: engine.shift), for adapt
     pts = None if snap.method == "raw" else snap.bounds.packed(row)
     intervals = []
@@ -291,22 +359,27 @@ def _prediction(snap: Snapshot, row: int, Q: np.ndarray, alphas: np.ndarray, sig
         # Q is sorted across pairs for the acquisition and mixes pairs whose ends cross.
         lo, hi = ((Q[row, j], Q[row, L - 1 - j]) if pts is None
                   else pair_interval(pts[0, j], pts[1, j], float(alphas[j]), snap.bounds.weighted))
+        lo, hi = (float(v) for v in warp.inverse(np.array([lo, hi])))
         if sign < 0:
             lo, hi = -hi, -lo
         intervals.append({"coverage": round(1.0 - float(a), 10), "alpha": float(alphas[j]),
                           "lower": float(lo), "upper": float(hi)})
+    with np.errstate(over="ignore", invalid="ignore"):  # saturated far quantiles (engine.warp) may overflow
+        mean = acq.mean_of(np.sort(warp.inverse(Q[row : row + 1]), axis=1), levels)[0]
     pred: dict[str, Any] = {
         "method": snap.method,
         "surrogate": snap.surrogate,
         "fitted_on": snap.n_obs,
         "levels": levels.tolist(),
         "quantiles": q_user.tolist(),
-        "mean": float(sign * acq.mean_of(Q[row : row + 1], levels)[0]),
+        "mean": _finite(sign * mean),
         "intervals": intervals,
         "acquisition": acquisition,
-        "score": float(score),
+        "score": _finite(score),
         "sign": sign,
     }
+    if not warp.identity:  # adapt maps a told value through it before reading the point sets
+        pred["warp"] = warp.to_dict()
     if pts is not None:
         pred["points"] = pts
         if snap.bounds.weighted:  # the point sets carry their FCS weights
@@ -413,7 +486,7 @@ def select(
             pool = alive
         if not pool.any():
             break
-        sc = view.scores(score, config.acquisition in ("pi", "ei"))
+        sc = view.scores(score, config.acquisition)
         idx = np.flatnonzero(pool)
         row = int(idx[np.argmin(sc[idx])])
         rows.append(row)
@@ -454,7 +527,7 @@ def adapt(
     pts = prediction.get("points")
     if pts is not None:
         pts = np.asarray(pts, dtype=float)  # (2, P, n), from select (or a JSON round trip of it)
-        y_int = prediction.get("sign", 1.0) * value
+        y_int = float(Warp.from_dict(prediction.get("warp")).forward(prediction.get("sign", 1.0) * value))
         weighted = prediction.get("shift") == "fcs"
         new = []
         for j, (s, iv) in enumerate(zip(states, prediction["intervals"], strict=True)):
@@ -534,6 +607,7 @@ class Optimizer:
         return self._snapshot
 
     def ask(self, n: int = 1) -> list[Suggestion]:
+        """``n`` new configurations, distinct from every observed and pending one, chosen together."""
         if not isinstance(n, int) or n < 1:
             raise ValueError("n must be a positive integer")
         snap = self.snapshot
@@ -552,6 +626,8 @@ class Optimizer:
 
     # ---------------------------------------------------------------- tell
     def tell(self, params: dict[str, Any], value: float, prediction: dict[str, Any] | None = None) -> None:
+        """Record ``value`` for ``params``; a pending suggestion's prediction adapts the calibration state
+        (ACI / DtACI), as does ``prediction`` when given. Raises ``ParamError`` for a bad value or params."""
         params = self.space.validate(params)
         value = check_value(value)
         key = self.space.key(params)
@@ -570,12 +646,14 @@ class Optimizer:
     # ----------------------------------------------------------------- views
     @property
     def best(self) -> tuple[dict[str, Any], float] | None:
+        """``(params, value)`` of the best observation so far, or None."""
         if not self.observations:
             return None
         pick = min if self.direction == "minimize" else max
         return pick(self.observations, key=lambda o: o[1])
 
     def state_dict(self) -> dict[str, Any]:
+        """Everything the optimizer holds, as JSON-able data (``from_state_dict`` resumes it)."""
         return {
             "version": 1,
             "space": self.space.to_dict(),
@@ -591,6 +669,7 @@ class Optimizer:
 
     @classmethod
     def from_state_dict(cls, d: dict[str, Any]) -> Optimizer:
+        """The optimizer ``state_dict`` described: its next ask is the one the original would make."""
         opt = cls(d["space"], d["direction"], d["seed"], config=d["config"])
         opt.observations = [(dict(p), float(v)) for p, v in d["observations"]]
         opt.pending = [(dict(p), pred) for p, pred in d["pending"]]

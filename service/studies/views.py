@@ -26,10 +26,10 @@ def unpack_points(data: bytes, pairs: int) -> np.ndarray:
 
 
 def public_prediction(pred: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What clients see of a prediction: no internal point sets or orientation sign."""
+    """What clients see of a prediction: no internal point sets, orientation sign or output warp."""
     if pred is None:
         return None
-    return {k: v for k, v in pred.items() if k not in ("points", "sign")}
+    return {k: v for k, v in pred.items() if k not in ("points", "sign", "warp")}
 
 
 def asked_view(t: TrialRow) -> dict[str, Any]:

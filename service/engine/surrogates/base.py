@@ -47,6 +47,9 @@ class BaseSurrogate(ABC):
 
     name = "base"
     scaled = False  # True: ``_scale`` gives a spread and conformal scores are normalised by it
+    # True: ``fold_clone().fit`` on more points is the same model conditioned on them (a GP keeps its
+    # tuned kernel), so split conformal may show that refit with the split's scores (conformal.conformalize)
+    conditions_on_refit = False
 
     def __init__(self, levels: Sequence[float], seed: int = 0, device: str = "cpu",
                  **options: Any) -> None:

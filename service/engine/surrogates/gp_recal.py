@@ -118,7 +118,7 @@ class GPRecal(BaseSurrogate):
         if self._proto is not None:
             return self._proto.fold_clone()
         opts = {k: self.options[k] for k in ("max_opt_points",) if k in self.options}
-        return QGP(self.levels, self.seed, device=self.device, **opts)
+        return QGP(self.levels, self.seed, device=self.device, **opts)  # the paper's GP: maximum likelihood
 
     def _fit(self, X: np.ndarray, z: np.ndarray) -> None:
         base = self._new_base().fit(X, z)

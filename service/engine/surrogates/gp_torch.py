@@ -143,8 +143,11 @@ def _get_hyper(model) -> dict[str, Any]:
     }
 
 
-def _maximise(model, X: torch.Tensor, z: torch.Tensor, maxiter: int | None = None) -> None:
-    """L-BFGS-B on the negative log marginal likelihood (summed, as scikit-learn's)."""
+def _maximise(model, X: torch.Tensor, z: torch.Tensor, maxiter: int | None = None, prior: bool = False) -> None:
+    """L-BFGS-B on the negative log marginal likelihood (summed, as scikit-learn's), plus QGP's
+    ``neg_log_prior`` when ``prior``."""
+    from .qgp import neg_log_prior
+
     params = _hyper_params(model)
     sizes = [p.numel() for p in params]
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
@@ -170,7 +173,11 @@ def _maximise(model, X: torch.Tensor, z: torch.Tensor, maxiter: int | None = Non
         except (NotPSDError, NanError):  # a non-PSD corner of the box: steer away from it
             return 1e25, np.zeros_like(theta)
         grad = torch.cat([p.grad.reshape(-1) for p in params]).detach().cpu().numpy()
-        return float(loss.detach().cpu()), grad
+        value = float(loss.detach().cpu())
+        if prior:
+            pv, pg = neg_log_prior(theta)
+            value, grad = value + pv, grad + pg
+        return value, grad
 
     theta0 = torch.cat([p.detach().reshape(-1) for p in params]).cpu().numpy()
     options = {} if maxiter is None else {"maxiter": int(maxiter)}
@@ -182,7 +189,8 @@ def _maximise(model, X: torch.Tensor, z: torch.Tensor, maxiter: int | None = Non
     set_flat(best)
 
 
-def tune(X: np.ndarray, z: np.ndarray, *, seed: int, max_opt_points: int, device: str) -> dict[str, Any]:
+def tune(X: np.ndarray, z: np.ndarray, *, seed: int, max_opt_points: int, device: str,
+         prior: bool = False) -> dict[str, Any]:
     """Hyperparameters by exact marginal likelihood, on a seeded subsample beyond ``max_opt_points``."""
     if X.shape[0] > max_opt_points:  # the scikit-learn path's draw, row for row
         sub = np.random.default_rng(seed).choice(X.shape[0], max_opt_points, replace=False)
@@ -193,7 +201,7 @@ def tune(X: np.ndarray, z: np.ndarray, *, seed: int, max_opt_points: int, device
     model = ExactGPModel(Xt, zt, lik).to(device=device, dtype=DTYPE)
     _set_hyper(model, {"lengthscale": np.full(X.shape[1], INIT["lengthscale"]),
                        "outputscale": INIT["outputscale"], "noise": INIT["noise"]})
-    _maximise(model, Xt, zt)
+    _maximise(model, Xt, zt, prior=prior)
     return _get_hyper(model)
 
 
@@ -264,10 +272,11 @@ class TorchGP:
 
 
 def fit(X: np.ndarray, z: np.ndarray, *, seed: int, device: str, max_opt_points: int, exact_up_to: int,
-        inducing_points: int, hyper: dict[str, Any] | None = None) -> TorchGP:
-    """Tune (unless ``hyper`` is given, as for a CV fold: then it only solves) and condition on all points."""
+        inducing_points: int, hyper: dict[str, Any] | None = None, prior: bool = False) -> TorchGP:
+    """Tune (unless ``hyper`` is given, as for a CV fold: then it only solves) and condition on all points;
+    ``prior``: maximum a posteriori with QGP's hyperpriors instead of maximum likelihood."""
     with torch_threads(device):
         if hyper is None:
-            hyper = tune(X, z, seed=seed, max_opt_points=max_opt_points, device=device)
+            hyper = tune(X, z, seed=seed, max_opt_points=max_opt_points, device=device, prior=prior)
         return TorchGP(X, z, hyper, device=device, seed=seed, exact_up_to=exact_up_to,
                        inducing_points=inducing_points)

@@ -1,0 +1,67 @@
+"""fit's acquisition local search (engine.candidates.local_search): neighbourhoods and descent."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from calibo.engine import EngineConfig, SearchSpace, fit, initial_states, select
+from calibo.engine.candidates import local_search, neighbours
+
+SPACE = SearchSpace.from_dict({
+    "x": {"type": "float", "low": 0.0, "high": 1.0},
+    "n": {"type": "int", "low": 1, "high": 64, "log": True},
+    "k": {"type": "int", "low": 0, "high": 9},
+    "c": {"type": "categorical", "choices": ["a", "b", "c", "d"]},
+    "o": {"type": "ordinal", "choices": [1, 2, 4, 8]},
+})
+
+
+def test_neighbours_move_one_coordinate_to_valid_adjacent_values() -> None:
+    start = SPACE.to_unit([{"x": 0.5, "n": 8, "k": 0, "c": "b", "o": 4}])[0]
+    rows, owner = neighbours(SPACE, start, 0.1)
+    assert set(owner.tolist()) == {0}
+    params = SPACE.from_unit(rows)
+    assert np.all((rows != start).sum(axis=1) == 1)  # one coordinate each
+    moved = {}
+    for p in params:
+        for key in p:
+            if p[key] != {"x": 0.5, "n": 8, "k": 0, "c": "b", "o": 4}[key]:
+                moved.setdefault(key, set()).add(p[key])
+    assert len(moved["x"]) == 2 and all(abs(abs(v - 0.5) - 0.1) < 1e-6 for v in moved["x"])
+    assert moved["n"] == {7, 9} and moved["k"] == {1}  # integers step to the adjacent value; 0 is the low end
+    assert moved["c"] == {"a", "c", "d"} and moved["o"] == {2, 8}
+
+
+def test_descent_reaches_the_minimum_of_a_mixed_objective() -> None:
+    target = {"x": 0.3137, "n": 23, "k": 7, "c": "d", "o": 2}
+    goal = SPACE.to_unit([target])[0]
+
+    def score(rows: np.ndarray) -> np.ndarray:  # a separable bowl around the target
+        return ((rows - goal) ** 2).sum(axis=1)
+
+    starts = SPACE.sample(4, 0)
+    ends = SPACE.from_unit(local_search(SPACE, score, starts, max_iter=60))
+    for p in ends:
+        assert abs(p["x"] - target["x"]) < 0.003
+        assert (p["n"], p["k"], p["c"], p["o"]) == (target["n"], target["k"], target["c"], target["o"])
+
+
+def test_fit_adds_the_searched_points_and_select_can_pick_them() -> None:
+    space = SearchSpace.from_dict({f"x{i}": {"type": "float", "low": 0.0, "high": 1.0} for i in range(4)})
+
+    def f(p: dict) -> float:  # a narrow valley the drawn candidates rarely land in
+        return float(sum((p[f"x{i}"] - 0.2 - 0.15 * i) ** 2 for i in range(4)) ** 0.5)
+
+    obs = [(p, f(p)) for p in space.from_unit(space.sample(30, 5))]
+    cfg = EngineConfig(n_candidates=300, local_search=6)
+    snap = fit(obs, space, cfg, seed=0)
+    plain = fit(obs, space, EngineConfig(n_candidates=300, local_search=0), seed=0)
+    extra = snap.candidates.shape[0] - plain.candidates.shape[0]
+    assert 1 <= extra <= 6 + 2
+    np.testing.assert_array_equal(snap.candidates[: plain.candidates.shape[0]], plain.candidates)
+    (pick,) = select(snap, initial_states(cfg), space, cfg, asked=30)
+    (drawn,) = select(plain, initial_states(cfg), space, cfg, asked=30)
+    # the searched candidates hold the acquisition's best: the pick is one of them, and it is better
+    assert any(space.key(pick.params) == k for k in space.keys(snap.candidates[plain.candidates.shape[0]:]))
+    assert pick.prediction["score"] < drawn.prediction["score"]
+    assert not set(space.keys(snap.candidates)) & set(space.keys(snap.observed))
