@@ -177,6 +177,36 @@ def log_ei(Q: np.ndarray, levels: np.ndarray, best: float) -> np.ndarray:
         return np.logaddexp(np.log(body + upper), log_tail)
 
 
+def log_prob_below(Q: np.ndarray, levels: np.ndarray, t: float) -> np.ndarray:
+    """log P(Y <= t) per row for the body-and-Gaussian-tails distribution of ``log_ei``.
+
+    What a constraint's calibrated quantiles say of its feasibility (``t`` its bound): linear
+    between the quantiles, the normal tails beyond, so it is never exactly 0 or 1 and the log of a
+    product over constraints stays finite and ordered however unlikely feasibility is.
+    """
+    lv = np.asarray(levels, float)
+    zl = ndtri(lv)
+    n = Q.shape[0]
+    out = np.empty(n)
+    lo = t < Q[:, 0]
+    hi = t > Q[:, -1]
+    mid = ~lo & ~hi
+    if lo.any():
+        s = np.maximum((Q[lo, 1] - Q[lo, 0]) / (zl[1] - zl[0]), 1e-12 * (1.0 + np.abs(Q[lo, 0])))
+        out[lo] = log_ndtr((t - Q[lo, 0]) / s + zl[0])
+    if hi.any():
+        s = np.maximum((Q[hi, -1] - Q[hi, -2]) / (zl[-1] - zl[-2]), 1e-12 * (1.0 + np.abs(Q[hi, -1])))
+        out[hi] = log_ndtr((t - Q[hi, -1]) / s + zl[-1])
+    if mid.any():
+        Qm = Q[mid]
+        k = np.clip((Qm <= t).sum(axis=1) - 1, 0, lv.size - 2)  # the segment [q_k, q_k+1] holding t
+        rows = np.arange(Qm.shape[0])
+        a, b = Qm[rows, k], Qm[rows, k + 1]
+        frac = np.clip((t - a) / np.maximum(b - a, 1e-300), 0.0, 1.0)
+        out[mid] = np.log(lv[k] + frac * (lv[k + 1] - lv[k]))
+    return out
+
+
 def logei(Q: np.ndarray, levels: np.ndarray, best: float) -> np.ndarray:
     """-log EI (lower is better)."""
     return -log_ei(Q, levels, best)

@@ -33,10 +33,16 @@ from .conformal import (
     pair_interval,
     schedule,
 )
-from .errors import ConfigError
-from .limits import SETTING_RANGES, check_setting, check_surrogate_options
+from .errors import ConfigError, FieldError
+from .limits import (
+    MAX_PARAM_NAME,
+    SETTING_RANGES,
+    check_setting,
+    check_surrogate_options,
+    check_text,
+)
 from .shift import SHIFT_MODES, snapshot_weights
-from .snapshot import Snapshot
+from .snapshot import Head, Snapshot
 from .space import ParamError, SearchSpace
 from .surrogates import SURROGATES, make_surrogate
 from .warp import BIG, WARPS, Warp, fit_warp
@@ -160,6 +166,26 @@ def initial_states(config: EngineConfig, seed: int = 0) -> list[AdaptiveState]:
     ]
 
 
+MAX_CONSTRAINTS = 16  # outcome constraints of a study
+
+
+def check_constraint_names(names: Any) -> tuple[str, ...]:
+    """Constraint names: distinct, printable, at most ``MAX_CONSTRAINTS``; ConfigError naming the field."""
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise ConfigError("constraints", "must be a list of constraint names")
+    if len(names) > MAX_CONSTRAINTS:
+        raise ConfigError("constraints", f"at most {MAX_CONSTRAINTS} constraints (got {len(names)})")
+    out = []
+    for i, n in enumerate(names):
+        try:
+            out.append(check_text(n, f"constraints.{i}", MAX_PARAM_NAME))
+        except FieldError as e:
+            raise ConfigError(e.field, e.message) from None
+    if len(set(out)) != len(out):
+        raise ConfigError("constraints", "constraint names must be distinct")
+    return tuple(out)
+
+
 def check_value(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ParamError("value", "must be a number")
@@ -179,8 +205,13 @@ def fit(
     candidates: np.ndarray | None = None,
     device: str | None = None,
     pending: Sequence[dict[str, Any]] = (),
+    constraints: Sequence[Sequence[float]] | None = None,
 ) -> Snapshot:
     """Train, conformalize and score a fresh candidate set. Deterministic in its inputs.
+
+    ``constraints`` (one row per observation, one column per outcome constraint, feasible when
+    every value is <= 0): each constraint gets its own surrogate, conformalized the same way, as a
+    snapshot head; the incumbent the acquisition improves on is then the best *feasible* value.
 
     ``candidates`` (snapped unit rows) replaces the drawn candidate set, e.g. to
     score given configurations. ``pending``: the running configurations; they
@@ -195,26 +226,36 @@ def fit(
     # adds spin-waiting, badly so when the cores are shared (7x slower measured).
     with threadpool_limits(1, user_api="blas"):
         try:
-            snap = _fit(observations, space, config, direction, seed, candidates, where, pending)
+            snap = _fit(observations, space, config, direction, seed, candidates, where, pending, constraints)
         except Exception as e:
             if where != "cuda" or not devices.is_cuda_error(e):
                 raise
             why = f"CUDA failed, refitted on the CPU: {type(e).__name__}: {str(e)[:300]}"
-            snap = _fit(observations, space, config, direction, seed, candidates, "cpu", pending)
+            snap = _fit(observations, space, config, direction, seed, candidates, "cpu", pending, constraints)
     if why:
         snap.meta["device_fallback"] = why
     return snap
 
 
-def _fit(observations, space, config, direction, seed, candidates, device, pending=()) -> Snapshot:
+class _Outcome:
+    """One modelled outcome of a fit: its warp, warped values, conformal fit (``conformalize``)."""
+
+    def __init__(self, values: np.ndarray, config: EngineConfig, make, X: np.ndarray, method: str,
+                 fit_seed: int) -> None:
+        self.warp = fit_warp(config.warp, values)
+        self.y = self.warp.forward(values)
+        self.cf = conformalize(make, X, self.y, method, fit_seed, k_folds=config.cv_folds,
+                               cal_fraction=config.cal_fraction, n_bootstraps=config.n_bootstraps,
+                               refit=config.split_refit)
+
+
+def _fit(observations, space, config, direction, seed, candidates, device, pending=(), constraints=None) -> Snapshot:
     t0 = time.perf_counter()
     sign = _sign(direction)
     n = len(observations)
     if n < 4:
         raise ValueError("fit needs at least 4 observations")
     U = space.to_unit([p for p, _ in observations])
-    warp = fit_warp(config.warp, sign * np.asarray([v for _, v in observations], dtype=float))
-    y = warp.forward(sign * np.asarray([v for _, v in observations], dtype=float))
     X = space.features(U)
     levels = config.level_grid
     method = schedule(n, config.conformalize_from, config.split_from, config.conformal)
@@ -225,29 +266,30 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
         return make_surrogate(config.surrogate, levels, fit_seed, device=device,
                               **config.surrogate_options)
 
-    cf = conformalize(make, X, y, method, fit_seed, k_folds=config.cv_folds,
-                      cal_fraction=config.cal_fraction, n_bootstraps=config.n_bootstraps,
-                      refit=config.split_refit)
+    main = _Outcome(sign * np.asarray([v for _, v in observations], dtype=float), config, make, X, method, fit_seed)
+    warp, y, cf = main.warp, main.y, main.cf
+    C = np.asarray(constraints, dtype=float).reshape(n, -1) if constraints is not None else np.empty((n, 0))
+    cons = [_Outcome(C[:, j], config, make, X, method, fit_seed + 1 + j) for j in range(C.shape[1])]
+    feasible = np.all(C <= 0, axis=1)
+    best = float(y[feasible].min()) if feasible.any() else float(y.min())
+    thresholds = [float(o.warp.forward(0.0)) for o in cons]
 
     def quantiles(model, rows: np.ndarray) -> np.ndarray:  # an exhausted small space leaves no candidate
         return model.predict_quantiles(space.features(rows)) if rows.shape[0] else np.empty((0, levels.size))
 
     if candidates is None:
-        cand = candidate_set(space, U, y, rng, n_candidates=config.n_candidates, top_k=config.top_k,
+        cand = candidate_set(space, U, np.where(feasible, y, y + np.ptp(y) + 1.0), rng,
+                             n_candidates=config.n_candidates, top_k=config.top_k,
                              mutation_fraction=config.mutation_fraction)
-        raw = quantiles(cf.model, cand)
         if config.local_search and cand.shape[0]:
-            extra = _searched(space, cf.model, cand, raw, U, y, config)
+            extra = _searched(space, cf.model, cand, U, y, feasible, best, config,
+                              [(o.cf.model, t) for o, t in zip(cons, thresholds, strict=True)])
             if extra.shape[0]:
-                cand, raw = np.vstack([cand, extra]), np.vstack([raw, quantiles(cf.model, extra)])
+                cand = np.vstack([cand, extra])
         if pending:
-            more = _with_running(space, cand, pending)
-            if more.shape[0] > cand.shape[0]:
-                raw = np.vstack([raw, quantiles(cf.model, more[cand.shape[0]:])])
-                cand = more
+            cand = _with_running(space, cand, pending)
     else:
         cand = space.snap(candidates)
-        raw = quantiles(cf.model, cand)
     Xc = space.features(cand)
 
     def f32(a: np.ndarray) -> np.ndarray:  # what storage keeps, so stored == in-memory
@@ -256,37 +298,48 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     def spread(model) -> np.ndarray:
         return model.predict_scale(Xc) if Xc.shape[0] else np.empty(0)
 
-    raw = f32(raw)
-    fold_raw = scale = fold_scale = None
-    if cf.fold_models is not None:
-        fold_raw = f32(np.stack([quantiles(m, cand) for m in cf.fold_models]))
-    if cf.scaled:
-        scale = f32(spread(cf.model))
-        if cf.fold_models is not None:
-            fold_scale = f32(np.stack([spread(m) for m in cf.fold_models]))
+    def outputs(c) -> dict[str, Any]:
+        """What a snapshot keeps of a conformal fit at the candidates."""
+        out = {"raw": f32(quantiles(c.model, cand)), "fold_raw": None, "scale": None, "fold_scale": None,
+               "scores": c.scores, "fold_of": c.fold_of}
+        if c.fold_models is not None:
+            out["fold_raw"] = f32(np.stack([quantiles(m, cand) for m in c.fold_models]))
+        if c.scaled:
+            out["scale"] = f32(spread(c.model))
+            if c.fold_models is not None:
+                out["fold_scale"] = f32(np.stack([spread(m) for m in c.fold_models]))
+        return out
+
+    mine = outputs(cf)
+    raw = mine["raw"]
     cal_weight, cand_weight = snapshot_weights(config.shift, cf.method, X, cf.cal_index, Xc, raw, levels,
-                                               config.acquisition, float(y.min()), fit_seed)
+                                               config.acquisition, best, fit_seed)
+    heads = [Head(kind="constraint", threshold=t, warp=None if o.warp.identity else o.warp.to_dict(),
+                  **outputs(o.cf)) for o, t in zip(cons, thresholds, strict=True)]
     meta = {"device": cf.model.ran_on, "crowd": crowd.fit_info(cf.model, cand, raw, config.crowd)}
     if not warp.identity:
         meta["warp"] = warp.to_dict()
+    if cons:
+        meta["n_feasible"] = int(feasible.sum())
     return Snapshot(
         n_obs=n,
         method=method,
         levels=levels,
         candidates=cand,
         raw=raw,
-        best=float(y.min()),
+        best=best,
         observed=U,
         scores=cf.scores,
-        fold_raw=fold_raw,
+        fold_raw=mine["fold_raw"],
         fold_of=cf.fold_of,
-        scale=scale,
-        fold_scale=fold_scale,
+        scale=mine["scale"],
+        fold_scale=mine["fold_scale"],
         cal_weight=cal_weight,
         cand_weight=cand_weight,
         surrogate=config.surrogate,
         fit_seconds=time.perf_counter() - t0,
         meta=meta,
+        heads=heads,
     )
 
 
@@ -294,27 +347,33 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
 _SEARCHED = {"ts": "mean", "its": "mean", "obs": "mean"}
 
 
-def _searched(space: SearchSpace, model, cand: np.ndarray, raw: np.ndarray, U: np.ndarray, y: np.ndarray,
-              config: EngineConfig) -> np.ndarray:
-    """New candidates from a local search of the acquisition (on the fitted model's raw quantiles).
+def _searched(space: SearchSpace, model, cand: np.ndarray, U: np.ndarray, y: np.ndarray, feasible: np.ndarray,
+              best: float, config: EngineConfig, constraints: Sequence[tuple[Any, float]] = ()) -> np.ndarray:
+    """New candidates from a local search of the acquisition (on the fitted models' raw quantiles).
 
-    Starts: the ``config.local_search`` best drawn candidates and the two best observed
-    configurations; each descends the acquisition by one-coordinate moves (``candidates.local_search``).
+    Starts: the ``config.local_search`` best drawn candidates and the two best (feasible first)
+    observed configurations; each descends the acquisition, weighed by the probability of
+    feasibility under each constraint model, by one-coordinate moves (``candidates.local_search``).
     Returns the points reached that are neither observed nor drawn already. The calibrated
     acquisition at the current alpha is select's: these only give it better places to choose from.
     """
     name = _SEARCHED.get(config.acquisition, config.acquisition)
-    best = float(y.min())
     levels = config.level_grid
     dummy = np.random.default_rng(0)
 
     def score(rows: np.ndarray) -> np.ndarray:
-        Q = model.predict_quantiles(space.features(rows))
-        return acq.score(name, Q, levels, best=best, rng=dummy, ucb_pair=config.ucb_pair)
+        feats = space.features(rows)
+        Q = model.predict_quantiles(feats)
+        sc = acq.score(name, Q, levels, best=best, rng=dummy, ucb_pair=config.ucb_pair)
+        if constraints:
+            log_pf = sum(acq.log_prob_below(m.predict_quantiles(feats), levels, t) for m, t in constraints)
+            sc = _with_feasibility(sc, log_pf, name, any_feasible=bool(feasible.any()))
+        return sc
 
-    sc = acq.score(name, raw, levels, best=best, rng=dummy, ucb_pair=config.ucb_pair)
+    sc = score(cand)
     top = cand[np.argsort(sc, kind="stable")[: config.local_search]]
-    starts = np.vstack([top, U[np.argsort(y, kind="stable")[:2]]])
+    order = np.lexsort((y, ~feasible))  # feasible first, then by value
+    starts = np.vstack([top, U[order[:2]]])
     found = local_search(space, score, starts)
     taken = set(space.keys(cand)) | set(space.keys(U))
     keep, seen = [], set()
@@ -323,6 +382,27 @@ def _searched(space: SearchSpace, model, cand: np.ndarray, raw: np.ndarray, U: n
             seen.add(k)
             keep.append(row)
     return np.array(keep).reshape(-1, space.dim)
+
+
+def _with_feasibility(sc: np.ndarray, log_pf: np.ndarray, acquisition: str, any_feasible: bool) -> np.ndarray:
+    """An acquisition's scores (lower is better) weighed by each candidate's log probability of
+    satisfying every constraint (Gardner et al., 2014; Gelbart et al., 2014).
+
+    log EI adds it (EI times the probability); EI and PI utilities are multiplied by it; the
+    others (UCB, Thompson draws, the mean) choose among candidates at least as likely feasible as
+    not, the likeliest when none is. Before any feasible observation there is no incumbent to
+    improve on, and the probability of feasibility alone is the acquisition.
+    """
+    if not any_feasible:
+        return -log_pf
+    if acquisition in acq.LOG_UTILITY:
+        return sc - log_pf
+    if acquisition in acq.POSITIVE_UTILITY:
+        return sc * np.exp(log_pf)
+    likely = log_pf >= math.log(0.5)
+    if not likely.any():
+        return -log_pf
+    return np.where(likely, sc, np.inf)
 
 
 def _with_running(space: SearchSpace, cand: np.ndarray, pending: Sequence[dict[str, Any]]) -> np.ndarray:
@@ -345,20 +425,20 @@ def _finite(x: float) -> float:
     return float(np.clip(np.nan_to_num(float(x), nan=0.0, posinf=BIG, neginf=-BIG), -BIG, BIG))
 
 
-def _prediction(snap: Snapshot, row: int, Q: np.ndarray, alphas: np.ndarray, sign: float,
-                acquisition: str, score: float) -> dict[str, Any]:
-    levels = snap.levels
+def _outcome(bounds, method: str, levels: np.ndarray, row: int, Q: np.ndarray, alphas: np.ndarray,
+             sign: float, warp: Warp) -> dict[str, Any]:
+    """One outcome's calibrated prediction at candidate ``row``, in the user's units, with what
+    ``adapt`` needs (the conformal point sets, the orientation, the warp)."""
     L = levels.size
-    warp = Warp.from_dict(snap.meta.get("warp"))
     q_user = _user_view(Q[row], sign, warp)
     # (2, P, n): each pair's sorted lower / upper point sets (with FCS weights: engine.shift), for adapt
-    pts = None if snap.method == "raw" else snap.bounds.packed(row)
+    pts = None if method == "raw" else bounds.packed(row)
     intervals = []
     for j, a in enumerate(pair_alphas(levels)):
         # A pair's interval is its own conformal set at its alpha, the set beta_t (adapt) refers to;
         # Q is sorted across pairs for the acquisition and mixes pairs whose ends cross.
         lo, hi = ((Q[row, j], Q[row, L - 1 - j]) if pts is None
-                  else pair_interval(pts[0, j], pts[1, j], float(alphas[j]), snap.bounds.weighted))
+                  else pair_interval(pts[0, j], pts[1, j], float(alphas[j]), bounds.weighted))
         lo, hi = (float(v) for v in warp.inverse(np.array([lo, hi])))
         if sign < 0:
             lo, hi = -hi, -lo
@@ -367,23 +447,35 @@ def _prediction(snap: Snapshot, row: int, Q: np.ndarray, alphas: np.ndarray, sig
     with np.errstate(over="ignore", invalid="ignore"):  # saturated far quantiles (engine.warp) may overflow
         mean = acq.mean_of(np.sort(warp.inverse(Q[row : row + 1]), axis=1), levels)[0]
     pred: dict[str, Any] = {
-        "method": snap.method,
-        "surrogate": snap.surrogate,
-        "fitted_on": snap.n_obs,
+        "method": method,
         "levels": levels.tolist(),
         "quantiles": q_user.tolist(),
         "mean": _finite(sign * mean),
         "intervals": intervals,
-        "acquisition": acquisition,
-        "score": _finite(score),
         "sign": sign,
     }
     if not warp.identity:  # adapt maps a told value through it before reading the point sets
         pred["warp"] = warp.to_dict()
     if pts is not None:
         pred["points"] = pts
-        if snap.bounds.weighted:  # the point sets carry their FCS weights
+        if bounds.weighted:  # the point sets carry their FCS weights
             pred["shift"] = "fcs"
+    return pred
+
+
+def _prediction(snap: Snapshot, row: int, Q: np.ndarray, alphas: np.ndarray, sign: float,
+                acquisition: str, score: float, heads: Sequence[tuple[np.ndarray, np.ndarray]] = (),
+                log_pf: np.ndarray | None = None) -> dict[str, Any]:
+    """The prediction a suggestion is chosen on: the objective's, and each head's (``heads``: the
+    calibrated quantiles and alphas of every snapshot head) under ``"constraints"``."""
+    pred = _outcome(snap.bounds, snap.method, snap.levels, row, Q, alphas, sign,
+                    Warp.from_dict(snap.meta.get("warp")))
+    pred.update(surrogate=snap.surrogate, fitted_on=snap.n_obs, acquisition=acquisition, score=_finite(score))
+    if heads:
+        pred["constraints"] = [
+            _outcome(h.bounds(snap.method), snap.method, snap.levels, row, Qh, ah, h.sign, Warp.from_dict(h.warp))
+            for h, (Qh, ah) in zip(snap.heads, heads, strict=True) if h.kind == "constraint"]
+        pred["feasibility"] = float(np.exp(log_pf[row])) if log_pf is not None else None
     return pred
 
 
@@ -431,8 +523,12 @@ def select(
     pending: Sequence[dict[str, Any]] = (),
     n_observed: int | None = None,
     exclude_keys: Collection[bytes] = (),
+    head_states: Sequence[Sequence[AdaptiveState]] = (),
 ) -> list[Suggestion]:
     """``count`` distinct configurations.
+
+    ``head_states``: the adaptive states of each snapshot head (its constraints), one list per
+    head; the acquisition is weighed by the calibrated probability of feasibility.
 
     ``exclude``: configurations never to return (observed since the snapshot,
     failed ...). ``pending``: running configurations; never returned, and the
@@ -475,8 +571,21 @@ def select(
     if pending:
         view.add(view.rows_of(pend_unit, pend_keys, index))
 
+    heads, log_pf = [], None
+    if snapshot.heads:
+        if len(head_states) != len(snapshot.heads):
+            raise ValueError(f"the snapshot has {len(snapshot.heads)} constraint heads; "
+                             f"{len(head_states)} adaptive states were given")
+        for h, hs in zip(snapshot.heads, head_states, strict=True):
+            ah = np.array([st.alpha for st in hs], dtype=float)
+            heads.append((h.bounds(snapshot.method).at(ah), ah))
+        log_pf = sum(acq.log_prob_below(Qh, snapshot.levels, h.threshold)
+                     for h, (Qh, _) in zip(snapshot.heads, heads, strict=True) if h.kind == "constraint")
+    any_feasible = snapshot.meta.get("n_feasible", 1) > 0
+
     def score(Qv: np.ndarray, best: float) -> np.ndarray:
-        return acq.score(config.acquisition, Qv, snapshot.levels, best=best, rng=rng, ucb_pair=config.ucb_pair)
+        sc = acq.score(config.acquisition, Qv, snapshot.levels, best=best, rng=rng, ucb_pair=config.ucb_pair)
+        return sc if log_pf is None else _with_feasibility(sc, log_pf, config.acquisition, any_feasible)
 
     rows: list[int] = []
     preds: list[dict[str, Any]] = []
@@ -491,7 +600,7 @@ def select(
         row = int(idx[np.argmin(sc[idx])])
         rows.append(row)
         # the prediction is the calibrated one: the running points' outcomes are not known
-        preds.append(_prediction(snapshot, row, Q, alphas, sign, config.acquisition, sc[row]))
+        preds.append(_prediction(snapshot, row, Q, alphas, sign, config.acquisition, sc[row], heads, log_pf))
         alive[row] = False
         if len(rows) < count:  # the next choice of the batch is conditioned on this one
             view.add([row])
@@ -551,10 +660,29 @@ def adapt(
     return new, record
 
 
+def adapt_constraints(head_states: Sequence[Sequence[AdaptiveState]], prediction: dict[str, Any] | None,
+                      values: Sequence[float] | None) -> tuple[list[list[AdaptiveState]], list[dict[str, Any]] | None]:
+    """``adapt`` for each constraint head: its own states, prediction and told value."""
+    preds = (prediction or {}).get("constraints")
+    if not preds or values is None:
+        return [list(hs) for hs in head_states], None
+    out, records = [], []
+    for hs, pred, v in zip(head_states, preds, values, strict=True):
+        new, record = adapt(hs, pred, float(v))
+        out.append(new)
+        records.append(record)
+    return out, records
+
+
 def _jsonable(pred: dict[str, Any] | None) -> dict[str, Any] | None:
-    if pred is None or not isinstance(pred.get("points"), np.ndarray):
+    if pred is None:
         return pred
-    return {**pred, "points": pred["points"].tolist()}
+    out = dict(pred)
+    if isinstance(out.get("points"), np.ndarray):
+        out["points"] = out["points"].tolist()
+    if out.get("constraints"):
+        out["constraints"] = [_jsonable(c) for c in out["constraints"]]
+    return out
 
 
 # ------------------------------------------------------------------ Optimizer
@@ -564,6 +692,12 @@ class Optimizer:
     >>> opt = Optimizer({"x": {"type": "float", "low": -5, "high": 5}}, seed=1)
     >>> s = opt.ask()[0]
     >>> opt.tell(s.params, s.params["x"] ** 2, s.prediction)
+
+    ``constraints``: the names of outcome constraints every ``tell`` then carries values for (a
+    trial is feasible when each is <= 0); ``best`` is the best feasible observation.
+    ``enqueue(params)`` hands a configuration (or part of one: the rest is chosen) out at the next
+    ask; ``add(params, value)`` records a trial evaluated elsewhere (no prediction: it feeds the fit
+    and the best, never the calibration state).
     """
 
     def __init__(
@@ -575,6 +709,7 @@ class Optimizer:
         acquisition: str | None = None,
         n_warmup: int | None = None,
         config: EngineConfig | dict[str, Any] | None = None,
+        constraints: Sequence[str] = (),
         **settings: Any,
     ) -> None:
         self.space = SearchSpace.from_dict(space)
@@ -585,8 +720,14 @@ class Optimizer:
         over = {k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition),
                                   ("n_warmup", n_warmup)) if v is not None}
         self.config = replace(cfg, **over, **settings)
+        self.constraints = check_constraint_names(constraints)
         self.states: list[AdaptiveState] = initial_states(self.config, self.seed)
+        self.constraint_states: list[list[AdaptiveState]] = [
+            initial_states(self.config, self.seed + 1 + j) for j in range(len(self.constraints))]
         self.observations: list[tuple[dict[str, Any], float]] = []
+        self.constraint_values: list[list[float]] = []  # one row per observation, when there are constraints
+        self.failed: list[dict[str, Any]] = []  # added failed trials: never suggested again
+        self.waiting: list[dict[str, Any]] = []  # enqueued (partial) configurations, handed out first
         self.pending: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
         self.records: list[dict[str, Any]] = []
         self.asked = 0
@@ -602,34 +743,54 @@ class Optimizer:
         if self._snapshot is None or self._snapshot.n_obs != n:
             t = time.perf_counter()
             self._snapshot = fit(self.observations, self.space, self.config, self.direction, self.seed,
-                                 pending=[p for p, _ in self.pending])
+                                 pending=[p for p, _ in self.pending],
+                                 constraints=self.constraint_values if self.constraints else None)
             self.timings["fit"] += time.perf_counter() - t
         return self._snapshot
 
     def ask(self, n: int = 1) -> list[Suggestion]:
-        """``n`` new configurations, distinct from every observed and pending one, chosen together."""
+        """``n`` new configurations, distinct from every observed and pending one, chosen together;
+        enqueued configurations first, in order."""
         if not isinstance(n, int) or n < 1:
             raise ValueError("n must be a positive integer")
-        snap = self.snapshot
-        t = time.perf_counter()
-        out = select(
-            snap, self.states, self.space, self.config, count=n, direction=self.direction,
-            seed=self.seed, asked=self.asked, exclude=[p for p, _ in self.observations],
-            pending=[p for p, _ in self.pending], n_observed=len(self.observations),
-        )
-        self.timings["select"] += time.perf_counter() - t
+        queued = [self.waiting.pop(0) for _ in range(min(n, len(self.waiting)))]
+        fixed = [q for q in queued if self.space.complete(q)]
+        partial = [q for q in queued if not self.space.complete(q)]
+        chosen: list[Suggestion] = []
+        if n - len(fixed) > 0:
+            snap = self.snapshot
+            t = time.perf_counter()
+            chosen = select(
+                snap, self.states, self.space, self.config, count=n - len(fixed), direction=self.direction,
+                seed=self.seed, asked=self.asked, exclude=[p for p, _ in self.observations] + self.failed,
+                pending=[p for p, _ in self.pending] + fixed, n_observed=len(self.observations),
+                head_states=self.constraint_states if snap is not None and snap.heads else (),
+            )
+            self.timings["select"] += time.perf_counter() - t
+        rng = np.random.default_rng([self.seed, self.asked, 13])
+        # a partly enqueued configuration takes the rest from a chosen one (no prediction: it was not chosen)
+        out = [Suggestion(dict(q), None) for q in fixed]
+        out += [Suggestion(self.space.fill(q, s.params, rng), None) for q, s in zip(partial, chosen, strict=False)]
+        out += chosen[len(partial):]
         for sug in out:  # a suggestion's prediction stays plain JSON for in-process users
             sug.prediction = _jsonable(sug.prediction)
         self.asked += len(out)
         self.pending.extend((s.params, s.prediction) for s in out)
         return out
 
+    def enqueue(self, params: dict[str, Any]) -> None:
+        """Hand ``params`` (all of a configuration, or some: the rest is chosen at ask) out next."""
+        self.waiting.append(self.space.validate_partial(params))
+
     # ---------------------------------------------------------------- tell
-    def tell(self, params: dict[str, Any], value: float, prediction: dict[str, Any] | None = None) -> None:
-        """Record ``value`` for ``params``; a pending suggestion's prediction adapts the calibration state
-        (ACI / DtACI), as does ``prediction`` when given. Raises ``ParamError`` for a bad value or params."""
+    def tell(self, params: dict[str, Any], value: float, prediction: dict[str, Any] | None = None,
+             constraints: Sequence[float] | None = None) -> None:
+        """Record ``value`` (and the constraint values) for ``params``; a pending suggestion's
+        prediction adapts the calibration states (ACI / DtACI), as does ``prediction`` when given.
+        Raises ``ParamError`` for a bad value, constraints or params."""
         params = self.space.validate(params)
         value = check_value(value)
+        cons = self._constraint_values(constraints)
         key = self.space.key(params)
         for i, (p, pred) in enumerate(self.pending):
             if self.space.key(p) == key:
@@ -638,31 +799,73 @@ class Optimizer:
                 break
         t = time.perf_counter()
         self.states, record = adapt(self.states, prediction, value)
+        if self.constraints:
+            self.constraint_states, cons_records = adapt_constraints(self.constraint_states, prediction, cons)
+            if record is not None and cons_records is not None:
+                record["constraints"] = cons_records
         self.timings["adapt"] += time.perf_counter() - t
         if record is not None:
             self.records.append(record)
+        self._observe(params, value, cons)
+
+    def add(self, params: dict[str, Any], value: float | None = None, constraints: Sequence[float] | None = None,
+            state: str = "complete") -> None:
+        """Record a trial evaluated elsewhere: it feeds the next fit and the best, and is never suggested
+        again, but it was not chosen on a prediction, so the calibration state does not move.
+        ``state="failed"`` records a configuration that failed (no value)."""
+        params = self.space.validate(params)
+        if state == "failed":
+            if value is not None:
+                raise ParamError("value", "a failed trial has no value")
+            self.failed.append(params)
+            return
+        if state != "complete":
+            raise ParamError("state", "must be complete or failed")
+        self._observe(params, check_value(value), self._constraint_values(constraints))
+
+    def _constraint_values(self, constraints: Sequence[float] | None) -> list[float] | None:
+        if not self.constraints:
+            if constraints:
+                raise ParamError("constraints", "the optimizer has no constraints")
+            return None
+        if constraints is None or len(constraints) != len(self.constraints):
+            raise ParamError("constraints", f"needs {len(self.constraints)} values, one per constraint "
+                                            f"{list(self.constraints)}")
+        return [check_value(c) for c in constraints]
+
+    def _observe(self, params: dict[str, Any], value: float, cons: list[float] | None) -> None:
         self.observations.append((params, value))
+        if cons is not None:
+            self.constraint_values.append(cons)
 
     # ----------------------------------------------------------------- views
     @property
     def best(self) -> tuple[dict[str, Any], float] | None:
-        """``(params, value)`` of the best observation so far, or None."""
-        if not self.observations:
+        """``(params, value)`` of the best feasible observation so far, or None."""
+        rows = range(len(self.observations))
+        if self.constraints:
+            rows = [i for i in rows if all(c <= 0 for c in self.constraint_values[i])]
+        if not rows:
             return None
         pick = min if self.direction == "minimize" else max
-        return pick(self.observations, key=lambda o: o[1])
+        return self.observations[pick(rows, key=lambda i: self.observations[i][1])]
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the optimizer holds, as JSON-able data (``from_state_dict`` resumes it)."""
         return {
-            "version": 1,
+            "version": 2,
             "space": self.space.to_dict(),
             "direction": self.direction,
             "seed": self.seed,
             "config": self.config.to_dict(),
+            "constraints": list(self.constraints),
             "observations": [[p, v] for p, v in self.observations],
+            "constraint_values": self.constraint_values,
+            "failed": self.failed,
+            "waiting": self.waiting,
             "pending": [[p, pred] for p, pred in self.pending],
             "states": [state_to_dict(s) for s in self.states],
+            "constraint_states": [[state_to_dict(s) for s in hs] for hs in self.constraint_states],
             "records": self.records,
             "asked": self.asked,
         }
@@ -670,10 +873,14 @@ class Optimizer:
     @classmethod
     def from_state_dict(cls, d: dict[str, Any]) -> Optimizer:
         """The optimizer ``state_dict`` described: its next ask is the one the original would make."""
-        opt = cls(d["space"], d["direction"], d["seed"], config=d["config"])
+        opt = cls(d["space"], d["direction"], d["seed"], config=d["config"], constraints=d.get("constraints", ()))
         opt.observations = [(dict(p), float(v)) for p, v in d["observations"]]
+        opt.constraint_values = [list(map(float, c)) for c in d.get("constraint_values", [])]
+        opt.failed = [dict(p) for p in d.get("failed", [])]
+        opt.waiting = [dict(p) for p in d.get("waiting", [])]
         opt.pending = [(dict(p), pred) for p, pred in d["pending"]]
         opt.states = [state_from_dict(s) for s in d["states"]]
+        opt.constraint_states = [[state_from_dict(s) for s in hs] for hs in d.get("constraint_states", [])]
         opt.records = list(d["records"])
         opt.asked = int(d["asked"])
         return opt

@@ -27,6 +27,37 @@ FORMAT_VERSION = 1
 _ARRAYS = ("levels", "candidates", "raw", "scores", "fold_raw", "fold_of", "observed", "scale",
            "fold_scale", "cal_weight", "cand_weight")
 _FLOAT32 = ("raw", "fold_raw", "scale", "fold_scale")  # per-candidate model outputs
+_HEAD_ARRAYS = ("raw", "scores", "fold_raw", "fold_of", "scale", "fold_scale")
+
+
+@dataclass
+class Head:
+    """Another outcome the fit models at the same candidates: an outcome constraint (feasible when
+    its value is <= 0) or a further objective. Same conformal method as the snapshot; its own
+    surrogate, calibration scores and output warp; values in the minimise orientation, warped.
+
+    ``threshold``: a constraint's bound 0 on the warped scale. ``best``: an objective's best
+    observed value (warped). ``sign``: +1, or -1 for a maximised objective (negated inside).
+    """
+
+    kind: str  # "constraint" | "objective"
+    raw: np.ndarray  # (N, L)
+    scores: np.ndarray | None = None
+    fold_raw: np.ndarray | None = None
+    fold_of: np.ndarray | None = None
+    scale: np.ndarray | None = None
+    fold_scale: np.ndarray | None = None
+    threshold: float = 0.0
+    best: float = float("nan")
+    sign: float = 1.0
+    warp: dict[str, Any] | None = None
+    _bounds: Bounds | None = field(default=None, init=False, repr=False, compare=False)
+
+    def bounds(self, method: str) -> Bounds:
+        if self._bounds is None:
+            self._bounds = Bounds(method, self.raw, self.scores, self.fold_raw, self.fold_of, self.scale,
+                                  self.fold_scale)
+        return self._bounds
 
 
 @dataclass
@@ -48,6 +79,7 @@ class Snapshot:
     surrogate: str = ""
     fit_seconds: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
+    heads: list[Head] = field(default_factory=list)  # constraints / further objectives, same candidates
     _bounds: Bounds | None = field(default=None, init=False, repr=False, compare=False)
     _keys: list[bytes] | None = field(default=None, init=False, repr=False, compare=False)
     cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)  # select's
@@ -76,6 +108,11 @@ class Snapshot:
             if name in _FLOAT32:
                 a = a.astype(np.float32)
             arrays[name] = a
+        for i, h in enumerate(self.heads):
+            for name in _HEAD_ARRAYS:
+                a = getattr(h, name)
+                if a is not None:
+                    arrays[f"h{i}_{name}"] = a.astype(np.float32) if name in _FLOAT32 else a
         header = {
             "format": FORMAT_VERSION,
             "n_obs": self.n_obs,
@@ -85,6 +122,9 @@ class Snapshot:
             "fit_seconds": self.fit_seconds,
             "meta": self.meta,
         }
+        if self.heads:
+            header["heads"] = [{"kind": h.kind, "threshold": h.threshold, "best": h.best, "sign": h.sign,
+                                "warp": h.warp} for h in self.heads]
         buf = io.BytesIO()
         np.savez_compressed(buf, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **arrays)
         return buf.getvalue()
@@ -98,6 +138,15 @@ class Snapshot:
                     raise ValueError("a bare array, not a snapshot archive")
                 header = json.loads(bytes(z["header"]).decode())
                 arrays = {name: z[name] for name in _ARRAYS if name in z.files}
+                heads = []
+                for i, h in enumerate(header.get("heads") or []):
+                    parts = {name: z[f"h{i}_{name}"] for name in _HEAD_ARRAYS if f"h{i}_{name}" in z.files}
+                    for name in _FLOAT32:
+                        if name in parts:
+                            parts[name] = parts[name].astype(np.float64)
+                    heads.append(Head(kind=str(h["kind"]), threshold=float(h["threshold"]),
+                                      best=float(h["best"]), sign=float(h.get("sign", 1.0)),
+                                      warp=h.get("warp"), **parts))
             if not isinstance(header, dict):
                 raise ValueError("the header is not an object")
             if header.get("format") != FORMAT_VERSION:
@@ -123,6 +172,7 @@ class Snapshot:
                 fold_scale=arrays.get("fold_scale"),
                 cal_weight=arrays.get("cal_weight"),
                 cand_weight=arrays.get("cand_weight"),
+                heads=heads,
             )
         except ValueError as e:
             raise ValueError(f"not a calibo snapshot: {e}") from e
