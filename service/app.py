@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from calibo import __version__
 
 from .api import AUTH_DOC, errors, router
-from .api.middleware import BearerAuth, BodyLimit, CatchAll, RequestContext
+from .api.middleware import BearerAuth, BodyLimit, CatchAll, RequestContext, StudyPath
 from .api.schemas import Health
 from .config import Settings
 from .dashboard import install as install_dashboard
@@ -135,6 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = app.state.metrics = Metrics()
     errors.install(app)
     # outermost last: CatchAll sees everything, auth runs before any body is read
+    app.add_middleware(StudyPath)  # innermost: before routing, a study name's %2F stays in its segment
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout_seconds)
     app.add_middleware(BearerAuth, tokens=tokens)
     app.add_middleware(CatchAll)

@@ -80,7 +80,7 @@ def test_create_is_idempotent_and_conflicts_on_a_different_definition(http: http
     s = r1.json()
     assert s["name"] == name and s["seed"] == 3 and s["settings"]["n_warmup"] == 7
     assert s["surrogate"] == "qgp" and s["acquisition"] == "logei"
-    assert s["trials"] == {"running": 0, "complete": 0, "failed": 0, "pruned": 0, "total": 0}
+    assert s["trials"] == {"waiting": 0, "running": 0, "complete": 0, "failed": 0, "pruned": 0, "total": 0}
     assert s["best_trial"] is None and s["surrogate_status"]["snapshot_version"] is None
     assert [p["coverage"] for p in s["adaptive"]["pairs"]] == [0.9, 0.7, 0.5, 0.3, 0.1]
     # the same definition (spelled differently: ints for floats, defaults written out) -> 200, same id
@@ -104,7 +104,7 @@ def test_list_get_delete(http: httpx.Client) -> None:
     assert tell(http, a["id"], t["id"], value=1.0).status_code == 200
     r = http.delete(f"/v1/studies/{a['id']}")
     assert r.status_code == 204 and r.content == b""
-    assert_error(http.get(f"/v1/studies/{a['id']}"), 404, "not_found", "study_id")
+    assert_error(http.get(f"/v1/studies/{a['id']}"), 404, "not_found", "study")
     assert_error(http.delete(f"/v1/studies/{a['id']}"), 404, "not_found")
     assert_error(http.get(f"/v1/studies/{a['id']}/trials"), 404, "not_found")
     assert a["id"] not in {s["id"] for s in http.get("/v1/studies").json()["studies"]}
@@ -142,9 +142,10 @@ def test_malformed_and_wrongly_typed_bodies_are_4xx(http: httpx.Client) -> None:
     assert_error(r, 400, "malformed_json", "body")
     assert_error(http.post("/v1/studies", content=b"[1, 2]", headers={"content-type": "application/json"}),
                  422, "invalid_request")
-    assert_error(http.get("/v1/studies/abc"), 422, "invalid_request", "study_id")
-    assert_error(http.get("/v1/studies/0"), 422, "invalid_request", "study_id")
-    assert_error(http.get("/v1/studies/99999999999999"), 422, "invalid_request", "study_id")
+    assert_error(http.get("/v1/studies/abc"), 404, "not_found", "study")  # names are study references too
+    assert_error(http.get("/v1/studies/0"), 404, "not_found", "study")
+    assert_error(http.get("/v1/studies/99999999999999"), 404, "not_found", "study")
+    assert_error(http.get("/v1/studies/1?by=size"), 422, "invalid_request", "by")
     assert_error(http.put("/v1/studies"), 405)
     assert_error(http.get("/v1/nothing-here"), 404)
 
@@ -236,7 +237,7 @@ def test_tell_is_idempotent_and_conflicts(http: httpx.Client) -> None:
     assert tell(http, sid, c["id"], state="pruned", value=3.0).json()["value"] == 3.0
     assert tell(http, sid, c["id"], state="pruned", value=3.0).status_code == 200
     counts = http.get(f"/v1/studies/{sid}").json()["trials"]
-    assert counts == {"running": 1, "complete": 1, "failed": 1, "pruned": 1, "total": 4}
+    assert counts == {"waiting": 0, "running": 1, "complete": 1, "failed": 1, "pruned": 1, "total": 4}
     # bad tells change nothing
     for body, field in (({"value": "1.0x"}, "value"), ({}, "value"), ({"state": "done"}, "state"),
                         ({"state": "failed", "value": 1.0}, "value"), ({"value": 1, "extra": 2}, "extra"),
@@ -250,7 +251,7 @@ def test_tell_is_idempotent_and_conflicts(http: httpx.Client) -> None:
     assert_error(tell(http, sid, 10**9, value=1.0), 404, "not_found", "trial_id")
     other = create(http)
     assert_error(tell(http, other["id"], d["id"], value=1.0), 404, "not_found", "trial_id")  # wrong study
-    assert_error(tell(http, 10**9, d["id"], value=1.0), 404, "not_found", "study_id")
+    assert_error(tell(http, 10**9, d["id"], value=1.0), 404, "not_found", "study")
     assert tell(http, sid, d["id"], value=0.5).status_code == 200
 
 
@@ -259,7 +260,7 @@ def test_ask_errors(http: httpx.Client) -> None:
     for body, field in (({"count": 0}, "count"), ({"count": 10**6}, "count"), ({"count": "two"}, "count"),
                         ({"worker_id": "x" * 300}, "worker_id"), ({"nope": 1}, "nope")):
         assert_error(http.post(f"/v1/studies/{s['id']}/ask", json=body), 422, "invalid_request", field)
-    assert_error(http.post("/v1/studies/999999/ask", json={}), 404, "not_found", "study_id")
+    assert_error(http.post("/v1/studies/999999/ask", json={}), 404, "not_found", "study")
     assert len(http.post(f"/v1/studies/{s['id']}/ask").json()["trials"]) == 1  # no body: count 1
 
 
@@ -304,9 +305,10 @@ def test_trial_pages(http: httpx.Client) -> None:
 def test_openapi_documents_the_contract(http: httpx.Client) -> None:
     spec = http.get("/openapi.json").json()
     paths = spec["paths"]
-    for p in ("/v1/studies", "/v1/studies/{study_id}", "/v1/studies/{study_id}/ask",
-              "/v1/studies/{study_id}/trials/{trial_id}/tell", "/v1/studies/{study_id}/trials/{trial_id}/heartbeat",
-              "/v1/studies/{study_id}/trials", "/v1/studies/{study_id}/calibration", "/healthz"):
+    for p in ("/v1/studies", "/v1/studies/{study}", "/v1/studies/{study}/ask",
+              "/v1/studies/{study}/trials/{trial_id}/tell", "/v1/studies/{study}/trials/{trial_id}/heartbeat",
+              "/v1/studies/{study}/trials", "/v1/studies/{study}/calibration", "/v1/studies/{study}/enqueue",
+              "/v1/studies/{study}/copy", "/healthz"):
         assert p in paths
     assert http.get("/docs").status_code == 200
 

@@ -43,11 +43,14 @@ def _call(c: httpx.Client, method: str, path: str, who: str) -> httpx.Response:
     w = {"Authorization": "Bearer w-token"}
     sid = c.post("/v1/studies", json={"name": f"auth-{method}-{path}-{who}", "space": BRANIN}, headers=w).json()["id"]
     tid = c.post(f"/v1/studies/{sid}/ask", json={}, headers=w).json()["trials"][0]["id"]
-    url = path.replace("{study_id}", str(sid)).replace("{trial_id}", str(tid))
+    url = path.replace("{study}", str(sid)).replace("{trial_id}", str(tid))
     body = {"POST /v1/studies": {"name": f"new-{who}-{sid}", "space": BRANIN},
-            "POST /v1/studies/{study_id}/ask": {},
-            "POST /v1/studies/{study_id}/trials/{trial_id}/tell": {"value": 1.0},
-            "POST /v1/studies/{study_id}/trials/{trial_id}/report": {"step": 1, "value": 1.0}}.get(f"{method} {path}")
+            "POST /v1/studies/{study}/ask": {},
+            "POST /v1/studies/{study}/trials/{trial_id}/tell": {"value": 1.0},
+            "POST /v1/studies/{study}/trials/{trial_id}/report": {"step": 1, "value": 1.0},
+            "POST /v1/studies/{study}/enqueue": {"params": {"x1": 1.0}},
+            "POST /v1/studies/{study}/trials": {"params": {"x1": 1.0, "x2": 2.0}, "value": 3.0},
+            "POST /v1/studies/{study}/copy": {"name": f"copy-{who}-{sid}"}}.get(f"{method} {path}")
     return c.request(method, url, json=body, headers=_headers(who))
 
 

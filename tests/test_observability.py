@@ -29,7 +29,7 @@ def test_metrics_count_what_the_api_did(http: httpx.Client) -> None:
     sid = http.post("/v1/studies", json={"name": unique("obs"), "space": BRANIN, "seed": 1,
                                          "settings": {"n_warmup": 4, "ask_wait_seconds": 30}}).json()["id"]
     before = scrape(http)
-    ask_route = (("method", "POST"), ("route", "/v1/studies/{study_id}/ask"), ("status", "200"))
+    ask_route = (("method", "POST"), ("route", "/v1/studies/{study}/ask"), ("status", "200"))
     n = 12
     for _ in range(n):
         t = http.post(f"/v1/studies/{sid}/ask", json={}).json()["trials"][0]

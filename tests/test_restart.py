@@ -101,7 +101,7 @@ def test_study_continues_after_a_restart(request: pytest.FixtureRequest, tmp_pat
                                  json={"value": branin(t["params"])}).status_code == 200
             run(http, sid, 3)
             view = http.get(f"/v1/studies/{sid}").json()
-            assert view["trials"] == {"running": 0, "complete": 23, "failed": 0, "pruned": 0, "total": 23}
+            assert view["trials"] == {"waiting": 0, "running": 0, "complete": 23, "failed": 0, "pruned": 0, "total": 23}
             numbers = [t["number"] for t in
                        http.get(f"/v1/studies/{sid}/trials", params={"limit": 100}).json()["trials"]]
             assert numbers == list(range(23))

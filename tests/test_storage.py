@@ -154,3 +154,53 @@ def test_an_existing_database_upgrades_with_its_data(tmp_path) -> None:
             assert conn.exec_driver_sql("SELECT number, ukey, ask_key FROM trials").all() == [(0, "ab", None)]
     finally:
         st.close()
+
+
+def test_a_database_from_before_the_studies_features_upgrades_and_serves(database_url: str) -> None:
+    """A study made at revision 0005 (no names in routes, enqueue, constraints, user attributes) keeps
+    its definition, trials and calibration state, and is served by the new code."""
+    import asyncio
+
+    from alembic import command
+    from alembic.config import Config
+
+    from calibo.server.config import Settings
+    from calibo.server.migrations import DIRECTORY
+    from calibo.server.storage import make_engine
+    from calibo.server.studies import StudyService
+
+    cfg = Config(str(DIRECTORY / "alembic.ini"))
+    cfg.set_main_option("script_location", str(DIRECTORY))
+    engine = make_engine(database_url)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0005")
+    engine.dispose()
+    old = Storage(database_url, migrate=False)
+    space = {"x": {"type": "float", "low": 0, "high": 1}}
+    with old.engine.begin() as conn:  # what the code of revision 0005 wrote: no new columns
+        from calibo.server.studies import build_definition
+
+        definition = build_definition("old", space, "minimize", None, None, 3, {"n_warmup": 4}, None)
+        import json
+        conn.exec_driver_sql(
+            "INSERT INTO studies (name, definition, created_at, next_number, n_complete, finish_seq, adaptive, "
+            "snapshot_version, snapshot_n_obs) VALUES ('old', %s, '2026-01-01', 2, 1, 1, %s, 0, 0)"
+            if database_url.startswith("postgresql") else
+            "INSERT INTO studies (name, definition, created_at, next_number, n_complete, finish_seq, adaptive, "
+            "snapshot_version, snapshot_n_obs) VALUES ('old', ?, '2026-01-01', 2, 1, 1, ?, 0, 0)",
+            (json.dumps(definition), json.dumps([{"kind": "aci", "target": 0.1, "alpha": 0.1, "gamma": 0.05,
+                                                  "steps": 0}])))
+    old.close()
+    st = Storage(database_url)  # upgrade head
+    try:
+        svc = StudyService(Settings(database_url=database_url), st, None)
+        sid = svc.resolve("old")
+        info = st.get_study(sid)
+        assert info.definition == definition and info.user_attrs is None and info.head_adaptive is None
+        trials = asyncio.run(svc.ask(sid, 2))
+        assert len(trials) == 2
+        view, _ = asyncio.run(svc.tell(sid, trials[0]["id"], 0.5))
+        assert view["value"] == 0.5 and view["origin"] == "asked" and view["constraints"] is None
+    finally:
+        st.close()

@@ -186,7 +186,7 @@ class RequestContext:
     128 characters, else a new one), echoed in the ``X-Request-ID`` response header and put on
     every log line written while the request is served; its latency is observed in the
     ``calibo_http_request_duration_seconds`` histogram, labelled with the route's template (so
-    ``/v1/studies/{study_id}/ask``, not one label per study; ``unmatched`` for a 404 path); with
+    ``/v1/studies/{study}/ask``, not one label per study; ``unmatched`` for a 404 path); with
     ``access_log``, one ``calibo.access`` line per request (method, path, status, duration)."""
 
     def __init__(self, app: ASGIApp, metrics: Any, access_log: bool = False) -> None:
@@ -224,3 +224,31 @@ class RequestContext:
                             extra={"method": scope["method"], "path": scope["path"], "status": status,
                                    "duration_ms": round(1000 * took, 3), "client": (scope.get("client") or ("-",))[0]})
             request_id.reset(token)
+
+
+STUDIES = b"/v1/studies/"
+
+
+class StudyPath:
+    """Keeps a study name's encoded slashes (``%2F``) inside its path segment.
+
+    The server decodes the path before routing, so a study named ``a/b``, sent as
+    ``/v1/studies/a%2Fb/ask``, would route as ``/v1/studies/a/b/ask``. This puts the raw, still
+    percent-encoded segment after ``/v1/studies/`` back into the routed path; the route decodes it
+    exactly once (``api.routes.study_ref``), so any name that create accepts is reachable.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path") if scope["type"] == "http" else None
+        if raw and raw.startswith(STUDIES) and b"%" in raw[len(STUDIES):].partition(b"/")[0]:
+            from urllib.parse import unquote
+
+            head, slash, rest = raw[len(STUDIES):].partition(b"/")
+            path = "/v1/studies/" + head.decode("latin-1")
+            if slash:
+                path += "/" + unquote(rest.decode("latin-1"), encoding="utf-8", errors="replace")
+            scope = {**scope, "path": path}
+        await self.app(scope, receive, send)

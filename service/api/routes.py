@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
+from urllib.parse import unquote
 
+import anyio.to_thread
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response, Security
 from fastapi.security import HTTPBearer
 
@@ -23,8 +25,24 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (503, "the database is unreachable: retry after `Retry-After` seconds"))
 }
 
-StudyId = Annotated[int, Path(ge=1, le=2**31 - 1, description="the study's id")]
+StudyRef = Annotated[str, Path(min_length=1, max_length=3 * S.MAX_NAME,
+                               description="the study's name (URL-encoded: `/` as `%2F`) or its id; a name "
+                               "made only of digits is read as an id unless `by=name`")]
+By = Annotated[Literal["id", "name"] | None, Query(description="read `study` as an id or as a name (default: "
+                                                    "an id when it is digits, else a name)")]
 TrialId = Annotated[int, Path(ge=1, le=2**31 - 1, description="the trial's id")]
+
+
+def _resolve(svc: StudyService, study: str, by: str | None) -> int:
+    return svc.resolve(unquote(study), by)
+
+
+async def _aresolve(svc: StudyService, study: str, by: str | None) -> int:
+    """``_resolve`` for the coroutine routes: an id costs nothing, a name one lookup on a thread."""
+    ref = unquote(study)
+    if by != "name" and ref.isascii() and ref.isdigit():
+        return svc.resolve(ref, by)
+    return await anyio.to_thread.run_sync(svc.resolve, ref, by)
 
 
 def _default(o: Any) -> Any:
@@ -61,7 +79,8 @@ AUTH_DOC = Security(bearer)
              responses={200: {"model": S.StudyView, "description": "the identical study already exists"}})
 def create_study(body: S.StudyCreate, response: Response, svc: Svc) -> dict[str, Any]:
     info, created = svc.create(body.name, body.plain_space(), body.direction, body.surrogate, body.acquisition,
-                               body.seed, body.plain_settings(), body.plain_pruner())
+                               body.seed, body.plain_settings(), body.plain_pruner(), body.constraints,
+                               body.user_attrs)
     if not created:
         response.status_code = 200
     return svc.view(info)
@@ -79,89 +98,137 @@ def list_studies(
     return {"studies": [svc.summary(i) for i in infos], "total": total, "limit": limit, "offset": offset}
 
 
-@router.get("/studies/{study_id}", response_model=S.StudyView, tags=["studies"],
+@router.get("/studies/{study}", response_model=S.StudyView, tags=["studies"],
             summary="A study: definition, trial counts, best trial, surrogate and adaptive state")
-def get_study(study_id: StudyId, svc: Svc) -> dict[str, Any]:
-    return svc.view(svc.storage.get_study(study_id))
+def get_study(study: StudyRef, svc: Svc, by: By = None) -> dict[str, Any]:
+    return svc.view(svc.storage.get_study(_resolve(svc, study, by)))
 
 
-@router.delete("/studies/{study_id}", status_code=204, tags=["studies"], summary="Delete a study and its trials")
-def delete_study(study_id: StudyId, svc: Svc) -> Response:
-    svc.delete(study_id)
+@router.delete("/studies/{study}", status_code=204, tags=["studies"], summary="Delete a study and its trials")
+def delete_study(study: StudyRef, svc: Svc, by: By = None) -> Response:
+    svc.delete(_resolve(svc, study, by))
     return Response(status_code=204)
 
 
-@router.post("/studies/{study_id}/ask", response_model=S.AskResponse, tags=["trials"],
+@router.post("/studies/{study}/copy", status_code=201, response_model=S.StudyView, tags=["studies"],
+             summary="Copy a study: the same definition and every finished trial, under a new name",
+             description="The copies keep their values, constraints and attributes (origin `copied`) and "
+             "feed the new study's first fit; they have no prediction, so its calibration starts fresh. "
+             "409 `name_conflict` when the name exists.")
+def copy_study(study: StudyRef, body: S.CopyRequest, svc: Svc, by: By = None) -> dict[str, Any]:
+    info, _ = svc.copy(_resolve(svc, study, by), body.name, body.user_attrs)
+    return svc.view(info)
+
+
+@router.post("/studies/{study}/enqueue", status_code=201, response_model=S.EnqueuedTrial, tags=["trials"],
+             summary="Queue a configuration (or part of one) for the next asks",
+             description="Asks hand enqueued trials out first, oldest first, each to exactly one worker; "
+             "parameters left out are chosen then. With `skip_if_exists` (default) a trial that already has "
+             "these parameter values is answered with 200 instead.",
+             responses={200: {"model": S.EnqueuedTrial, "description": "a trial with these values exists"}})
+def enqueue(study: StudyRef, body: S.EnqueueRequest, response: Response, svc: Svc, by: By = None
+            ) -> dict[str, Any]:
+    trial, created = svc.enqueue(_resolve(svc, study, by), body.params, body.skip_if_exists, body.user_attrs)
+    if not created:
+        response.status_code = 200
+    return trial
+
+
+@router.post("/studies/{study}/trials", status_code=201, response_model=S.TrialList, tags=["trials"],
+             summary="Add trials evaluated elsewhere",
+             description="One trial, or `{\"trials\": [...]}` (up to 1000, stored all or none): `params` "
+             "(exactly the active ones) and `value`, or `state: failed`; a constrained study's `constraints`; "
+             "`user_attrs`. They count in the next fit and in the best trial; they have no prediction, so "
+             "they never move the calibration state (origin `added`).")
+def add_trials(study: StudyRef, body: Annotated[S.AddTrialsRequest | S.AddedTrial, Body()], svc: Svc,
+               by: By = None) -> dict[str, Any]:
+    rows = body.trials if isinstance(body, S.AddTrialsRequest) else [body]
+    return {"trials": svc.add(_resolve(svc, study, by), [r.model_dump(exclude_none=True) for r in rows])}
+
+
+@router.post("/studies/{study}/ask", response_model=S.AskResponse, tags=["trials"],
              summary="Suggest configurations to evaluate",
-             description="Distinct configurations, none observed or running. Each comes with the "
-             "calibrated prediction it was chosen on (null during the warm start).")
+             description="Distinct configurations, none observed or running; enqueued ones first. Each "
+             "comes with the calibrated prediction it was chosen on (null during the warm start and for "
+             "enqueued trials).")
 async def ask(
-    study_id: StudyId, svc: Svc, body: Annotated[S.AskRequest | None, Body()] = None,
+    study: StudyRef, svc: Svc, body: Annotated[S.AskRequest | None, Body()] = None, by: By = None,
     idempotency_key: Annotated[str | None, Header(
         alias="Idempotency-Key", pattern=S.IDEMPOTENCY_KEY,
         description="makes the ask safe to retry: an ask with a key already used on this study answers "
         "the trials that key created (whatever their state now) instead of new ones")] = None,
 ) -> Response:
     body = body or S.AskRequest()
-    return fast_json({"trials": await svc.ask(study_id, body.count, body.worker_id, idempotency_key)})
+    sid = await _aresolve(svc, study, by)
+    return fast_json({"trials": await svc.ask(sid, body.count, body.worker_id, idempotency_key)})
 
 
-@router.post("/studies/{study_id}/trials/{trial_id}/tell", response_model=S.TrialView, tags=["trials"],
+@router.post("/studies/{study}/trials/{trial_id}/tell", response_model=S.TrialView, tags=["trials"],
              summary="Report a trial's result (idempotent)",
-             description="`value` completes the trial; `state` failed or pruned ends it without one. "
-             "The same tell again answers 200 and changes nothing; a different one answers 409.")
-async def tell(study_id: StudyId, trial_id: TrialId, body: S.TellRequest, svc: Svc) -> Response:
-    view, _ = await svc.tell(study_id, trial_id, body.value, body.state)
+             description="`value` completes the trial; `state` failed or pruned ends it without one; a "
+             "constrained study's completed trial carries `constraints`. The same tell again answers 200 and "
+             "changes nothing; a different one answers 409.")
+async def tell(study: StudyRef, trial_id: TrialId, body: S.TellRequest, svc: Svc, by: By = None) -> Response:
+    sid = await _aresolve(svc, study, by)
+    view, _ = await svc.tell(sid, trial_id, body.value, body.state, body.constraints, body.user_attrs)
     return fast_json(view)
 
 
-@router.post("/studies/{study_id}/trials/{trial_id}/report", response_model=S.ReportResponse, tags=["trials"],
+@router.post("/studies/{study}/trials/{trial_id}/report", response_model=S.ReportResponse, tags=["trials"],
              summary="Report a learning-curve point of a running trial; should it stop?",
              description="Stored once per (trial, step): the same step and value again answers the same "
              "decision, another value 409 `step_reported`. A finished trial answers 409 `trial_finished`, "
              "an expired one 409 `trial_expired`. The decision is the study's pruner on every stored curve; "
              "stop the trial, then tell it with state pruned (and its last value, optionally). A report is "
              "also a heartbeat.")
-def report(study_id: StudyId, trial_id: TrialId, body: S.ReportRequest, svc: Svc) -> dict[str, Any]:
-    return {"should_prune": svc.report(study_id, trial_id, body.step, body.value)}
+def report(study: StudyRef, trial_id: TrialId, body: S.ReportRequest, svc: Svc, by: By = None) -> dict[str, Any]:
+    return {"should_prune": svc.report(_resolve(svc, study, by), trial_id, body.step, body.value)}
 
 
-@router.post("/studies/{study_id}/trials/{trial_id}/heartbeat", status_code=204, tags=["trials"],
+@router.post("/studies/{study}/trials/{trial_id}/heartbeat", status_code=204, tags=["trials"],
              summary="Mark a running trial alive",
              description="A trial silent for longer than its study's heartbeat timeout has expired: the "
              "heartbeat answers 409 `trial_expired` and the trial is failed, but a tell of it is still "
              "recorded. A finished trial answers 409 `trial_finished`.")
-def heartbeat(study_id: StudyId, trial_id: TrialId, svc: Svc) -> Response:
-    svc.heartbeat(study_id, trial_id)
+def heartbeat(study: StudyRef, trial_id: TrialId, svc: Svc, by: By = None) -> Response:
+    svc.heartbeat(_resolve(svc, study, by), trial_id)
     return Response(status_code=204)
 
 
-@router.get("/studies/{study_id}/trials", response_model=S.TrialPage, tags=["trials"],
+@router.get("/studies/{study}/trials", response_model=S.TrialPage, tags=["trials"],
             summary="A page of trials, by number")
 def list_trials(
-    study_id: StudyId, svc: Svc,
+    study: StudyRef, svc: Svc,
     state: Annotated[S.TrialState | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+    origin: Annotated[Literal["asked", "enqueued", "added", "copied"] | None, Query(
+        description="only trials that came this way (asked: chosen by an ask)")] = None,
+    user_attr: Annotated[list[Annotated[str, Query(pattern=r"^[^:]{1,128}:")]] | None, Query(
+        max_length=16, description="`key:value`, repeatable: only trials whose string user attribute `key` "
+        "is `value`")] = None,
+    by: By = None,
 ) -> dict[str, Any]:
-    rows, total = svc.storage.list_trials(study_id, state, limit, offset)
+    attrs = dict(a.split(":", 1) for a in user_attr or ())
+    rows, total = svc.storage.list_trials(_resolve(svc, study, by), state, limit, offset, attrs, origin)
     return {"trials": [trial_view(t) for t in rows], "total": total, "limit": limit, "offset": offset}
 
 
-@router.get("/studies/{study_id}/trials/{trial_id}", response_model=S.TrialView, tags=["trials"],
+@router.get("/studies/{study}/trials/{trial_id}", response_model=S.TrialView, tags=["trials"],
             summary="One trial")
-def get_trial(study_id: StudyId, trial_id: TrialId, svc: Svc) -> dict[str, Any]:
-    return trial_view(svc.storage.get_trial(study_id, trial_id))
+def get_trial(study: StudyRef, trial_id: TrialId, svc: Svc, by: By = None) -> dict[str, Any]:
+    return trial_view(svc.storage.get_trial(_resolve(svc, study, by), trial_id))
 
 
-@router.get("/studies/{study_id}/curves", response_model=S.CurvePage, tags=["trials"],
+@router.get("/studies/{study}/curves", response_model=S.CurvePage, tags=["trials"],
             summary="Learning curves: the reported points of each trial, a page of trials by number")
 def curves(
-    study_id: StudyId, svc: Svc,
+    study: StudyRef, svc: Svc,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+    by: By = None,
 ) -> dict[str, Any]:
-    rows, total = svc.storage.curves(study_id, limit, offset)
+    rows, total = svc.storage.curves(_resolve(svc, study, by), limit, offset)
     out: dict[int, dict[str, Any]] = {}
     for tid, number, state, step, value in rows:
         c = out.setdefault(tid, {"trial_id": tid, "number": number, "state": state, "steps": [], "values": []})
@@ -170,7 +237,7 @@ def curves(
     return {"curves": list(out.values()), "total": total, "limit": limit, "offset": offset}
 
 
-@router.get("/studies/{study_id}/calibration", tags=["calibration"],
+@router.get("/studies/{study}/calibration", tags=["calibration"],
             summary="Prediction at ask vs outcome, coverage, breach rate, width, alpha trajectory",
             description="`trials`: for each completed trial that had a prediction, its intervals "
             "(bounds, alpha used, covered) and quantiles at ask, and the outcome. "
@@ -178,5 +245,5 @@ def curves(
             "after each trial; `alpha_trajectory`: the alphas the intervals were built at; `summary` "
             "(all predicted trials) and `conformal` (conformalized ones only): coverage, breach rate, "
             "rolling coverage error over windows of 20, mean width, LLR of breaches vs params, RMSCE.")
-def calibration(study_id: StudyId, svc: Svc) -> dict[str, Any]:
-    return svc.calibration(study_id)
+def calibration(study: StudyRef, svc: Svc, by: By = None) -> dict[str, Any]:
+    return svc.calibration(_resolve(svc, study, by))

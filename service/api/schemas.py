@@ -39,7 +39,7 @@ from calibo.engine.limits import (
     SURROGATE_OPTIONS,
     bad_text,
 )
-from calibo.engine.optimizer import CONFORMAL_MODES
+from calibo.engine.optimizer import CONFORMAL_MODES, MAX_CONSTRAINTS
 from calibo.engine.pruning import PRUNERS
 from calibo.engine.shift import SHIFT_MODES
 from calibo.engine.surrogates import SURROGATES
@@ -48,7 +48,7 @@ from calibo.engine.warp import WARPS
 from ..studies import SERVICE_SETTINGS
 
 Direction = Literal["minimize", "maximize"]
-TrialState = Literal["running", "complete", "failed", "pruned"]
+TrialState = Literal["waiting", "running", "complete", "failed", "pruned"]
 
 BRANIN_SPACE = {"x1": {"type": "float", "low": -5, "high": 10},
                 "x2": {"type": "float", "low": 0, "high": 15}}
@@ -97,6 +97,14 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+MAX_USER_ATTRS_KEYS = 64
+UserAttrs = Annotated[dict[Annotated[str, Field(max_length=MAX_PARAM_NAME)], Any],
+                      Field(max_length=MAX_USER_ATTRS_KEYS,
+                            description=f"a JSON object of at most {MAX_USER_ATTRS_KEYS} keys and 16 KiB: run ids, "
+                            "git hashes, artifact paths...", examples=[{"git": "4f2a9c1", "run": "exp-17"}])]
+Values = Annotated[list[Real], Field(min_length=1, max_length=MAX_CONSTRAINTS)]
+
+
 # ---------------------------------------------------------------- errors
 class ErrorDetail(BaseModel):
     code: str = Field(examples=["invalid_request"])
@@ -109,11 +117,24 @@ class ErrorBody(BaseModel):
 
 
 # ----------------------------------------------------------------- space
+class Condition(_Request):
+    """The parameter is active only when ``parent`` (a categorical, ordinal or int parameter) is
+    active and takes one of ``values``."""
+
+    parent: ParamName
+    values: list[Choice] = Field(min_length=1, max_length=MAX_CHOICES)
+
+
+ConditionField = Field(None, description="active only when the parent takes one of the values (nesting "
+                       "allowed, no cycles); ask returns only active parameters, tell and add take exactly those")
+
+
 class FloatParam(_Request):
     type: Literal["float"]
     low: Real
     high: Real = Field(description="greater than low; the range must be a finite number")
     log: StrictBool = Field(False, description="sample on a log scale (low > 0)")
+    condition: Condition | None = ConditionField
 
 
 class IntParam(_Request):
@@ -121,16 +142,19 @@ class IntParam(_Request):
     low: JsonInt
     high: JsonInt = Field(description="greater than low")
     log: StrictBool = Field(False, description="sample on a log scale (low > 0)")
+    condition: Condition | None = ConditionField
 
 
 class CategoricalParam(_Request):
     type: Literal["categorical"]
     choices: list[Choice] = Field(min_length=1, max_length=MAX_CHOICES, description="distinct values")
+    condition: Condition | None = ConditionField
 
 
 class OrdinalParam(_Request):
     type: Literal["ordinal"]
     choices: list[Choice] = Field(min_length=1, max_length=MAX_CHOICES, description="distinct values, in order")
+    condition: Condition | None = ConditionField
 
 
 ParamSpec = Annotated[FloatParam | IntParam | CategoricalParam | OrdinalParam, Field(discriminator="type")]
@@ -248,6 +272,11 @@ class StudyCreate(_Request):
         None, description="multi-fidelity early stopping of reported trials: a name or an object (default none)",
         examples=["sh+", {"name": "hb", "max_resource": 81, "reduction_factor": 3}])
     settings: StudySettings = Field(default_factory=StudySettings, examples=[{"n_warmup": 10, "ask_wait_seconds": 2.0}])  # type: ignore[valid-type]
+    constraints: list[ParamName] | None = Field(
+        None, max_length=MAX_CONSTRAINTS, description=f"names of outcome constraints (at most {MAX_CONSTRAINTS}): "
+        "every completed trial is told one value per constraint and is feasible when each is <= 0; the best "
+        "trial is the best feasible one", examples=[["model_mb", "latency_ms"]])
+    user_attrs: UserAttrs | None = None
 
     def plain_space(self) -> dict[str, Any]:
         return {k: v.model_dump(exclude_unset=True) for k, v in self.space.items()}
@@ -260,6 +289,7 @@ class StudyCreate(_Request):
 
 
 class TrialCounts(BaseModel):
+    waiting: int = Field(0, description="enqueued, not handed out yet")
     running: int
     complete: int
     failed: int
@@ -268,10 +298,14 @@ class TrialCounts(BaseModel):
 
 
 class BestTrial(BaseModel):
+    """The best *feasible* completed trial (the best completed one when the study has no constraints)."""
+
     id: int
     number: int
     params: dict[str, Any]
     value: float | None
+    constraints: list[float] | None = None
+    values: list[float] | None = None
 
 
 class SurrogateStatus(BaseModel):
@@ -297,6 +331,7 @@ class AdaptivePair(BaseModel):
 class AdaptiveSummary(BaseModel):
     adapter: str
     pairs: list[AdaptivePair]
+    constraints: list[list[AdaptivePair]] = Field([], description="each constraint's interval pairs")
 
 
 class StudyView(BaseModel):
@@ -308,6 +343,8 @@ class StudyView(BaseModel):
     surrogate: str
     acquisition: str
     pruner: dict[str, Any] = Field(description="the pruner and its settings")
+    constraints: list[str] = Field([], description="outcome constraint names")
+    user_attrs: dict[str, Any] = {}
     settings: dict[str, Any]
     created_at: datetime
     trials: TrialCounts
@@ -325,6 +362,8 @@ class StudySummary(BaseModel):
     seed: int
     surrogate: str
     acquisition: str
+    constraints: list[str] = []
+    user_attrs: dict[str, Any] = {}
     created_at: datetime
     trials: TrialCounts
     best_trial: BestTrial | None
@@ -349,7 +388,10 @@ class AskRequest(_Request):
 class AskedTrial(BaseModel):
     id: int
     number: int
-    params: dict[str, Any]
+    study_id: int
+    params: dict[str, Any] = Field(description="the active parameters")
+    origin: Literal["enqueued"] | None = Field(None, description="enqueued: handed out from the queue")
+    user_attrs: dict[str, Any] | None = None
     prediction: dict[str, Any] | None = Field(
         description="calibrated quantiles, mean and intervals the configuration was chosen on; "
         "null during the quasi-random warm start"
@@ -365,6 +407,50 @@ class TellRequest(_Request):
     state: Literal["complete", "failed", "pruned"] | None = Field(
         None, description="default complete (needs value); failed or pruned"
     )
+    constraints: Values | None = Field(None, description="one value per study constraint, in order; feasible "
+                                       "when each is <= 0 (a completed trial of a constrained study needs them)")
+    user_attrs: UserAttrs | None = Field(None, description="merged into the trial's attributes")
+
+
+class EnqueueRequest(_Request):
+    params: dict[ParamName, Choice] = Field(max_length=MAX_PARAMS, description="all of a configuration's "
+                                            "parameters, or some: the others are chosen when an ask hands it out",
+                                            examples=[{"C": 10.0, "kernel": "rbf"}])
+    skip_if_exists: StrictBool = Field(True, description="answer the existing trial (200) when one already has "
+                                       "these parameter values, instead of enqueueing another")
+    user_attrs: UserAttrs | None = None
+
+
+class EnqueuedTrial(BaseModel):
+    id: int
+    number: int
+    params: dict[str, Any]
+    state: TrialState
+    origin: str
+    user_attrs: dict[str, Any] = {}
+
+
+MAX_ADDED = 1000
+
+
+class AddedTrial(_Request):
+    params: dict[ParamName, Choice] = Field(max_length=MAX_PARAMS, description="exactly the active parameters")
+    value: Real | None = Field(None, description="the objective (a completed trial)")
+    state: Literal["complete", "failed"] | None = Field(None, description="complete (default, needs value) or "
+                                                        "failed (no value)")
+    constraints: Values | None = Field(None, description="one value per study constraint (a completed trial "
+                                       "of a constrained study needs them)")
+    user_attrs: UserAttrs | None = None
+
+
+class AddTrialsRequest(_Request):
+    trials: list[AddedTrial] = Field(min_length=1, max_length=MAX_ADDED,
+                                     description=f"1 to {MAX_ADDED} trials, stored all or none")
+
+
+class CopyRequest(_Request):
+    name: Name = Field(description="the new study's name (must not exist)")
+    user_attrs: UserAttrs | None = None
 
 
 class ReportRequest(_Request):
@@ -399,11 +485,20 @@ class TrialView(BaseModel):
     state: TrialState
     params: dict[str, Any]
     value: float | None
+    values: list[float] | None = None
+    constraints: list[float] | None = None
+    feasible: bool | None = Field(None, description="every constraint <= 0 (null without constraints)")
+    origin: Literal["asked", "enqueued", "added", "copied"] = "asked"
+    user_attrs: dict[str, Any] = {}
     prediction: dict[str, Any] | None
     worker_id: str | None
     asked_at: datetime
     heartbeat_at: datetime | None
     finished_at: datetime | None
+
+
+class TrialList(BaseModel):
+    trials: list[TrialView]
 
 
 class TrialPage(BaseModel):

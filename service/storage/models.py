@@ -24,7 +24,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 Json = JSON().with_variant(JSONB(), "postgresql")
 Blob = LargeBinary().with_variant(BYTEA(), "postgresql")
 
-TRIAL_STATES = ("running", "complete", "failed", "pruned")
+TRIAL_STATES = ("waiting", "running", "complete", "failed", "pruned")
+ORIGINS = ("enqueued", "added", "copied")  # how a trial came to be, when no ask chose it
 FINISHED_STATES = ("complete", "failed", "pruned")
 
 
@@ -63,6 +64,9 @@ class StudyRow(Base):
     snapshot_n_obs: Mapped[int] = mapped_column(Integer, default=0)
     fitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     fit_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    user_attrs: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    # ACI/DtACI states of the outcomes beyond the first objective: {"constraints": [[...]], "objectives": [...]}
+    head_adaptive: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
 
 
 class TrialRow(Base):
@@ -93,6 +97,10 @@ class TrialRow(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # position in the study's finishing order: lets an ask fetch only what finished since its last look
     finish_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    origin: Mapped[str | None] = mapped_column(String(16), nullable=True)  # ORIGINS; null: chosen by an ask
+    constraints: Mapped[list[float] | None] = mapped_column(Json, nullable=True)  # told constraint values
+    values: Mapped[list[float] | None] = mapped_column(Json, nullable=True)  # a multi-objective study's
+    user_attrs: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
 
 
 class SnapshotRow(Base):

@@ -95,6 +95,8 @@ class StudyInfo:
     fit_seconds: float | None = None
     fit_method: str | None = None
     fit_device: str | None = None
+    user_attrs: dict[str, Any] | None = None
+    head_adaptive: dict[str, Any] | None = None
 
 
 @dataclass
@@ -103,6 +105,7 @@ class FitInputs:
     observations: list[tuple[dict[str, Any], float]]  # completed trials, by trial number
     snapshot_n_obs: int
     running: list[dict[str, Any]] = field(default_factory=list)  # params of the running trials, by number
+    constraints: list[list[float]] | None = None  # each observation's constraint values (constrained studies)
 
 
 def _info(row: StudyRow, counts: dict[str, int]) -> StudyInfo:
@@ -114,7 +117,19 @@ def _info(row: StudyRow, counts: dict[str, int]) -> StudyInfo:
         best_trial_id=row.best_trial_id, best_value=row.best_value,
         snapshot_version=row.snapshot_version, snapshot_n_obs=row.snapshot_n_obs,
         fitted_at=as_utc(row.fitted_at), fit_error=row.fit_error, counts=full,
+        user_attrs=row.user_attrs, head_adaptive=row.head_adaptive,
     )
+
+
+def best_trial_of(t: TrialRow) -> dict[str, Any]:
+    """What a study view says of its best trial."""
+    return {"id": t.id, "number": t.number, "params": t.params, "value": t.value, "constraints": t.constraints,
+            "values": t.values}
+
+
+def feasible(constraints: Sequence[float] | None) -> bool:
+    """A trial is feasible when every constraint value it was told is <= 0 (Optuna's convention)."""
+    return all(c <= 0 for c in constraints or ())
 
 
 @dataclass
@@ -140,6 +155,17 @@ class StudyTx:
         q = (select(TrialRow.id, TrialRow.number, TrialRow.params, TrialRow.asked_at, TrialRow.heartbeat_at)
              .where(TrialRow.study_id == self.study.id, TrialRow.state == "running"))
         return sorted((RunningTrial(*r) for r in self.session.execute(q)), key=lambda t: t.number)
+
+    def waiting_trials(self, limit: int) -> list[TrialRow]:
+        """The oldest ``limit`` enqueued trials not handed out yet, by number."""
+        q = select(TrialRow).where(TrialRow.study_id == self.study.id, TrialRow.state == "waiting")
+        return sorted(self.session.scalars(q), key=lambda t: t.number)[:limit]
+
+    def trials_with_params(self, params: dict[str, Any]) -> list[TrialRow]:
+        """Trials whose parameters include every ``params`` value (an enqueue's skip_if_exists)."""
+        q = select(TrialRow).where(TrialRow.study_id == self.study.id)
+        return [t for t in self.session.scalars(q)
+                if all(k in t.params and t.params[k] == v for k, v in params.items())]
 
     def finished_keys_since(self, seq: int) -> list[tuple[str, int]]:
         """``(key, finish_seq)`` of every trial finished after position ``seq`` (0: all of them)."""
@@ -198,29 +224,45 @@ class StudyTx:
         self.session.add(IntermediateRow(study_id=self.study.id, trial_id=trial.id, step=step, value=value,
                                          should_prune=should_prune, reported_at=now()))
 
-    def add_trials(self, trials: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Record new running trials, numbered densely from the study's counter; their ids and numbers.
+    def add_trials(self, trials: Sequence[dict[str, Any]], state: str = "running") -> list[dict[str, Any]]:
+        """Record new running (or ``waiting``: enqueued) trials, numbered densely from the study's counter;
+        their ids and numbers.
 
         Each spec has ``params``, ``ukey`` and optionally ``prediction``, ``points``,
-        ``snapshot_version``, ``worker_id`` and ``ask_key``.
+        ``snapshot_version``, ``worker_id``, ``ask_key``, ``origin`` and ``user_attrs``.
         """
         if not trials:
             return []
         t0 = now()
         first = self.study.next_number
+        running = state == "running"
         rows = [{
-            "study_id": self.study.id, "number": first + i, "state": "running", "params": spec["params"],
+            "study_id": self.study.id, "number": first + i, "state": state, "params": spec["params"],
             "ukey": spec["ukey"], "prediction": spec.get("prediction"), "points": spec.get("points"),
             "snapshot_version": spec.get("snapshot_version"), "worker_id": spec.get("worker_id"), "asked_at": t0,
-            "heartbeat_at": t0, "ask_key": spec.get("ask_key"),
+            "heartbeat_at": t0 if running else None, "ask_key": spec.get("ask_key"), "origin": spec.get("origin"),
+            "user_attrs": spec.get("user_attrs"),
         } for i, spec in enumerate(trials)]
         self.study.next_number = first + len(rows)
         ids = {n: i for i, n in self.session.execute(
             insert(TrialRow).returning(TrialRow.id, TrialRow.number, sort_by_parameter_order=True), rows)}
         return [{"id": ids[r["number"]], "number": r["number"]} for r in rows]
 
+    def assign(self, trial: TrialRow, spec: dict[str, Any]) -> None:
+        """Hand an enqueued (waiting) trial out: it runs with ``spec``'s full parameters and key."""
+        t0 = now()
+        trial.state = "running"
+        trial.params = spec["params"]
+        trial.ukey = spec["ukey"]
+        trial.worker_id = spec.get("worker_id")
+        trial.ask_key = spec.get("ask_key")
+        trial.asked_at = t0
+        trial.heartbeat_at = t0
+
     def finish(self, trial: TrialRow, state: str, value: float | None,
-               record: dict[str, Any] | None = None, better: bool = False) -> None:
+               record: dict[str, Any] | None = None, better: bool = False, *,
+               constraints: list[float] | None = None, values: list[float] | None = None,
+               user_attrs: dict[str, Any] | None = None) -> None:
         """Move a running trial to ``state``; on completion update the counter and the best."""
         self.study.finish_seq += 1
         trial.state = state
@@ -228,15 +270,52 @@ class StudyTx:
         trial.record = record
         trial.finished_at = now()
         trial.finish_seq = self.study.finish_seq
+        if constraints is not None:
+            trial.constraints = constraints
+        if values is not None:
+            trial.values = values
+        if user_attrs:
+            trial.user_attrs = {**(trial.user_attrs or {}), **user_attrs}
         if state == "complete":
             self.study.n_complete += 1
             if better:
                 self.study.best_trial_id = trial.id
                 self.study.best_value = value
 
-    def set_adaptive(self, states: list[dict[str, Any]]) -> None:
-        """The study's ACI/DtACI states after the tells of this transaction."""
+    def add_finished(self, specs: Sequence[dict[str, Any]], better) -> list[TrialRow]:
+        """Record trials evaluated elsewhere, already finished (``complete`` or ``failed``), numbered from
+        the study's counter; ``better(value)`` says whether a feasible completed value beats the best.
+
+        Each spec has ``params``, ``ukey``, ``state``, ``value``, and optionally ``constraints``,
+        ``values``, ``user_attrs`` and ``origin`` (``added`` by default).
+        """
+        t0 = now()
+        out = []
+        for spec in specs:
+            self.study.finish_seq += 1
+            row = TrialRow(study_id=self.study.id, number=self.study.next_number, state=spec["state"],
+                           params=spec["params"], ukey=spec["ukey"], value=spec.get("value"),
+                           constraints=spec.get("constraints"), values=spec.get("values"),
+                           user_attrs=spec.get("user_attrs"), origin=spec.get("origin", "added"),
+                           asked_at=spec.get("asked_at") or t0, finished_at=t0, finish_seq=self.study.finish_seq)
+            self.study.next_number += 1
+            self.session.add(row)
+            out.append(row)
+        self.session.flush()
+        for row in out:
+            if row.state == "complete":
+                self.study.n_complete += 1
+                if feasible(row.constraints) and better(row.value):
+                    self.study.best_trial_id = row.id
+                    self.study.best_value = row.value
+        return out
+
+    def set_adaptive(self, states: list[dict[str, Any]], heads: dict[str, Any] | None = None) -> None:
+        """The study's ACI/DtACI states after the tells of this transaction (``heads``: those of its
+        constraints / further objectives)."""
         self.study.adaptive = states
+        if heads is not None:
+            self.study.head_adaptive = heads
 
     def keep_alive(self, trial: TrialRow, cutoff: datetime) -> bool:
         """A sign of life of ``trial`` (heartbeat, report): whether it is running and was heard from
@@ -313,12 +392,13 @@ class Storage:
                 q = q.with_for_update()
             row = s.scalar(q)
             if row is None:
-                raise NotFound(f"study {study_id} not found", field="study_id")
+                raise NotFound(f"study {study_id} not found", field="study")
             yield StudyTx(s, row)
 
     # -------------------------------------------------------------- studies
-    def create_study(self, name: str, definition: dict[str, Any],
-                     adaptive: list[dict[str, Any]]) -> tuple[StudyInfo, bool]:
+    def create_study(self, name: str, definition: dict[str, Any], adaptive: list[dict[str, Any]],
+                     head_adaptive: dict[str, Any] | None = None,
+                     user_attrs: dict[str, Any] | None = None) -> tuple[StudyInfo, bool]:
         """Create, or return the existing study if its definition is identical.
 
         Returns ``(study, created)``; a different definition under the same name
@@ -329,7 +409,8 @@ class Storage:
             try:
                 with self._write() as s:
                     row = StudyRow(name=name, definition=definition, created_at=now(), next_number=0,
-                                   n_complete=0, adaptive=adaptive, snapshot_version=0, snapshot_n_obs=0)
+                                   n_complete=0, adaptive=adaptive, snapshot_version=0, snapshot_n_obs=0,
+                                   head_adaptive=head_adaptive, user_attrs=user_attrs or None)
                     s.add(row)
                     s.flush()
                     study_id = row.id
@@ -347,6 +428,30 @@ class Storage:
         with self._read() as s:
             return s.scalar(select(StudyRow).where(StudyRow.name == name))
 
+    def exists(self, name: str) -> bool:
+        with self._read() as s:
+            return s.scalar(select(StudyRow.id).where(StudyRow.name == name)) is not None
+
+    def finished_trials(self, study_id: int) -> list[TrialRow]:
+        """Every finished trial of the study, by number."""
+        with self._read() as s:
+            q = (select(TrialRow).where(TrialRow.study_id == study_id, TrialRow.state.in_(FINISHED_STATES))
+                 .order_by(TrialRow.number))
+            return list(s.scalars(q))
+
+    def study_id(self, name: str) -> int:
+        """The id of the study named ``name``; NotFound naming it."""
+        with self._read() as s:
+            sid = s.scalar(select(StudyRow.id).where(StudyRow.name == name))
+        if sid is None:
+            raise NotFound(f"no study named {name!r}", field="study")
+        return sid
+
+    def set_study_attrs(self, study_id: int, attrs: dict[str, Any]) -> None:
+        """Merge ``attrs`` into the study's user attributes."""
+        with self.locked(study_id) as tx:
+            tx.study.user_attrs = {**(tx.study.user_attrs or {}), **attrs}
+
     def _counts(self, s: Session, study_ids: Sequence[int] | None = None) -> dict[int, dict[str, int]]:
         q = select(TrialRow.study_id, TrialRow.state, func.count()).group_by(TrialRow.study_id, TrialRow.state)
         if study_ids is not None:
@@ -360,13 +465,12 @@ class Storage:
         with self._read() as s:
             row = s.get(StudyRow, study_id)
             if row is None:
-                raise NotFound(f"study {study_id} not found", field="study_id")
+                raise NotFound(f"study {study_id} not found", field="study")
             info = _info(row, self._counts(s, [study_id]).get(study_id, {}))
             if row.best_trial_id is not None:
                 best = s.get(TrialRow, row.best_trial_id)
                 if best is not None:
-                    info.best_trial = {"id": best.id, "number": best.number, "params": best.params,
-                                       "value": best.value}
+                    info.best_trial = best_trial_of(best)
             snap = s.execute(
                 select(SnapshotRow.fit_seconds, SnapshotRow.method, SnapshotRow.device)
                 .where(SnapshotRow.study_id == study_id, SnapshotRow.version == row.snapshot_version)
@@ -390,7 +494,7 @@ class Storage:
                 info = _info(r, counts.get(r.id, {}))
                 t = best.get(r.best_trial_id)
                 if t is not None:
-                    info.best_trial = {"id": t.id, "number": t.number, "params": t.params, "value": t.value}
+                    info.best_trial = best_trial_of(t)
                 out.append(info)
             return out, int(total)
 
@@ -398,13 +502,13 @@ class Storage:
         with self._read() as s:
             d = s.scalar(select(StudyRow.definition).where(StudyRow.id == study_id))
         if d is None:
-            raise NotFound(f"study {study_id} not found", field="study_id")
+            raise NotFound(f"study {study_id} not found", field="study")
         return d
 
     def delete_study(self, study_id: int) -> None:
         with self._write() as s:
             if s.get(StudyRow, study_id) is None:
-                raise NotFound(f"study {study_id} not found", field="study_id")
+                raise NotFound(f"study {study_id} not found", field="study")
             # explicit, so the cascade does not depend on the database's FK enforcement
             s.execute(delete(SnapshotRow).where(SnapshotRow.study_id == study_id))
             s.execute(delete(IntermediateRow).where(IntermediateRow.study_id == study_id))
@@ -417,19 +521,27 @@ class Storage:
             row = s.execute(select(StudyRow.n_complete, StudyRow.snapshot_n_obs)
                             .where(StudyRow.id == study_id)).first()
             if row is None:
-                raise NotFound(f"study {study_id} not found", field="study_id")
+                raise NotFound(f"study {study_id} not found", field="study")
             running = s.scalar(select(func.count()).select_from(TrialRow)
                                .where(TrialRow.study_id == study_id, TrialRow.state == "running"))
             return row[0], row[1], int(running or 0)
 
     # --------------------------------------------------------------- trials
-    def list_trials(self, study_id: int, state: str | None, limit: int, offset: int) -> tuple[list[TrialRow], int]:
+    def list_trials(self, study_id: int, state: str | None, limit: int, offset: int,
+                    user_attrs: dict[str, str] | None = None, origin: str | None = None
+                    ) -> tuple[list[TrialRow], int]:
+        """A page of trials by number: in ``state``, of ``origin`` (``asked`` for those an ask chose), and
+        whose string user attribute ``k`` is ``v`` for every ``k: v`` of ``user_attrs``."""
         with self._read() as s:
             if s.get(StudyRow, study_id) is None:
-                raise NotFound(f"study {study_id} not found", field="study_id")
+                raise NotFound(f"study {study_id} not found", field="study")
             where = [TrialRow.study_id == study_id]
             if state is not None:
                 where.append(TrialRow.state == state)
+            if origin is not None:
+                where.append(TrialRow.origin.is_(None) if origin == "asked" else TrialRow.origin == origin)
+            for k, v in (user_attrs or {}).items():
+                where.append(TrialRow.user_attrs[k].as_string() == v)
             total = s.scalar(select(func.count()).select_from(TrialRow).where(*where)) or 0
             rows = list(s.scalars(select(TrialRow).where(*where).order_by(TrialRow.number)
                                   .limit(limit).offset(offset)))
@@ -440,7 +552,7 @@ class Storage:
             t = s.scalar(select(TrialRow).where(TrialRow.id == trial_id, TrialRow.study_id == study_id))
             if t is None:
                 if s.get(StudyRow, study_id) is None:
-                    raise NotFound(f"study {study_id} not found", field="study_id")
+                    raise NotFound(f"study {study_id} not found", field="study")
                 raise NotFound(f"trial {trial_id} not found in study {study_id}", field="trial_id")
             return t
 
@@ -488,7 +600,7 @@ class Storage:
         """``(trial id, number, params, record)`` of completed trials that had a prediction."""
         with self._read() as s:
             if s.get(StudyRow, study_id) is None:
-                raise NotFound(f"study {study_id} not found", field="study_id")
+                raise NotFound(f"study {study_id} not found", field="study")
             q = (select(TrialRow.id, TrialRow.number, TrialRow.params, TrialRow.record)
                  .where(TrialRow.study_id == study_id, TrialRow.state == "complete",
                         TrialRow.record.is_not(None))
@@ -509,7 +621,7 @@ class Storage:
         many trials have reports."""
         with self._read() as s:
             if s.get(StudyRow, study_id) is None:
-                raise NotFound(f"study {study_id} not found", field="study_id")
+                raise NotFound(f"study {study_id} not found", field="study")
             reported = (select(TrialRow.id, TrialRow.number).join(IntermediateRow, IntermediateRow.trial_id == TrialRow.id)
                         .where(TrialRow.study_id == study_id).distinct())
             total = s.scalar(select(func.count()).select_from(reported.subquery())) or 0
@@ -530,15 +642,22 @@ class Storage:
                 return None
             # pruned trials feed the fit with their last value only when the study's pruner says so
             fed = ("complete", "pruned") if (row[0].get("pruner") or {}).get("feed_pruned") else ("complete",)
-            obs = s.execute(select(TrialRow.params, TrialRow.value)
+            constrained = bool(row[0].get("constraints"))
+            obs = s.execute(select(TrialRow.params, TrialRow.value, TrialRow.constraints)
                             .where(TrialRow.study_id == study_id, TrialRow.state.in_(fed),
                                    TrialRow.value.is_not(None))
                             .order_by(TrialRow.number))
-            observations = [(p, float(v)) for p, v in obs]
+            observations, constraints = [], []
+            for p, v, c in obs:
+                if constrained and c is None:  # a pruned trial told without its constraints
+                    continue
+                observations.append((p, float(v)))
+                constraints.append([float(x) for x in c or ()])
             running = s.execute(select(TrialRow.params)
                                 .where(TrialRow.study_id == study_id, TrialRow.state == "running")
                                 .order_by(TrialRow.number)).scalars().all()
-            return FitInputs(row[0], observations, row[1], list(running))
+            return FitInputs(row[0], observations, row[1], list(running),
+                             constraints if constrained else None)
 
     def save_snapshot(self, study_id: int, *, n_obs: int, method: str, fit_seconds: float,
                       data: bytes, device: str | None = None) -> int | None:
@@ -576,5 +695,5 @@ class Storage:
             return list(s.scalars(q))
 
 
-__all__ = ["EXPIRED", "FINISHED_STATES", "TRIAL_STATES", "FitInputs", "RunningTrial", "Storage", "StudyInfo", "StudyTx",
+__all__ = ["EXPIRED", "FINISHED_STATES", "best_trial_of", "feasible", "TRIAL_STATES", "FitInputs", "RunningTrial", "Storage", "StudyInfo", "StudyTx",
            "as_utc", "expired", "not_alive", "now"]

@@ -52,4 +52,21 @@ def calibration_view(sd: StudyDef, info: StudyInfo, rows: list[tuple[int, int, d
     out["summary"] = metrics.summarize(records, features, window=window)
     out["conformal"] = metrics.summarize(records, features, window=window, conformal_only=True)
     out["window"] = window
+    if sd.constraints:  # each constraint's calibration: its own intervals, coverage and alphas
+        out["constraints"] = []
+        for j, name in enumerate(sd.constraints):
+            recs = [r["constraints"][j] for r in records if r.get("constraints")]
+            rows = [i for i, r in enumerate(records) if r.get("constraints")]
+            cov = np.array([r["covered"] for r in recs], dtype=float)
+            out["constraints"].append({
+                "name": name, "n": len(recs),
+                "cumulative_coverage": metrics.cumulative_coverage(cov).tolist() if recs else [],
+                "rolling_coverage": metrics.trailing_coverage(cov, window).tolist() if recs else [],
+                "alpha_trajectory": [r["alpha"] for r in recs],
+                "summary": metrics.summarize(recs, features[rows], window=window) if recs else {"n": 0},
+                "conformal": (metrics.summarize(recs, features[rows], window=window, conformal_only=True)
+                              if recs else {"n": 0}),
+                "current_alpha": [s["alpha"] for s in (info.head_adaptive or {}).get("constraints", [[]])[j]]
+                if info.head_adaptive else [],
+            })
     return out

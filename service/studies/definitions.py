@@ -8,6 +8,7 @@ from typing import Any
 
 from calibo.engine import EngineConfig, SearchSpace
 from calibo.engine.errors import FieldError
+from calibo.engine.optimizer import check_constraint_names
 from calibo.engine.pruning import PrunerConfig
 
 from ..errors import InvalidRequest
@@ -27,6 +28,11 @@ class StudyDef:
     ask_wait_seconds: float | None
     heartbeat_timeout_seconds: float | None
     pruner: PrunerConfig = PrunerConfig()
+    constraints: tuple[str, ...] = ()  # outcome constraint names: a trial is feasible when each value <= 0
+
+    def better(self, value: float, best: float | None) -> bool:
+        """Whether ``value`` beats the study's best so far (None: there is none)."""
+        return best is None or (value < best if self.direction == "minimize" else value > best)
 
 
 def default_seed(name: str) -> int:
@@ -34,10 +40,23 @@ def default_seed(name: str) -> int:
     return zlib.crc32(name.encode()) & 0x7FFFFFFF
 
 
+# A name is one path segment of /v1/studies/{study}; these two are read as the path's own dots.
+DOT_SEGMENTS = (".", "..")
+
+
+def check_name(name: str) -> str:
+    """A study name every route can reach (URL-encoded in the path); InvalidRequest saying why not."""
+    if name in DOT_SEGMENTS:
+        raise InvalidRequest(f"{name!r} cannot be a study name: clients and proxies resolve it as a path "
+                             "segment, so /v1/studies/{name} could never reach it", field="name")
+    return name
+
+
 def build_definition(name: str, space: Any, direction: str, surrogate: str | None,
                      acquisition: str | None, seed: int | None, settings: dict[str, Any] | None,
-                     pruner: Any = None) -> dict[str, Any]:
+                     pruner: Any = None, constraints: Any = None) -> dict[str, Any]:
     """The canonical stored form of a create request; raises InvalidRequest naming the field."""
+    check_name(name)
     try:
         sp = SearchSpace.from_dict(space)
     except FieldError as e:
@@ -76,6 +95,11 @@ def build_definition(name: str, space: Any, direction: str, surrogate: str | Non
     }
     if prune.name != "none" or prune != PrunerConfig():  # studies without one keep their stored form
         out["pruner"] = prune.to_dict()
+    if constraints:  # likewise: unconstrained studies keep the stored form they had
+        try:
+            out["constraints"] = list(check_constraint_names(constraints))
+        except FieldError as e:
+            raise InvalidRequest(e.message, field=e.field) from None
     return out
 
 

@@ -8,6 +8,7 @@ pool. It knows nothing of HTTP.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
@@ -16,34 +17,98 @@ from datetime import timedelta
 from typing import Any
 
 import anyio.to_thread
+import numpy as np
 
 from calibo.engine import EngineConfig, SearchSpace, Snapshot, adapt, initial_states, select
 from calibo.engine.adaptive import state_from_dict, state_to_dict
 from calibo.engine.errors import FieldError
-from calibo.engine.optimizer import check_value
+from calibo.engine.optimizer import adapt_constraints, check_value
 from calibo.engine.pruning import PrunerConfig
 
 from ..batching import GroupCommit
 from ..config import Settings
 from ..errors import Conflict, InvalidRequest, NotFound
-from ..storage import Storage, StudyInfo, StudyTx, expired, now
+from ..storage import Storage, StudyInfo, StudyTx, expired, feasible, now
 from ..workers import FitPool
 from .calibration import calibration_view
-from .definitions import StudyDef, build_definition
+from .definitions import StudyDef, build_definition, check_name
 from .reports import report
 from .views import (
     asked_view,
-    pack_points,
+    join_points,
     public_prediction,
+    split_points,
     study_summary,
     study_view,
     trial_view,
-    unpack_points,
 )
+
+MAX_ADDED = 1000  # trials one add request may carry
+MAX_USER_ATTRS_BYTES = 16_384  # a study's or trial's user_attrs, as compact JSON
+MAX_USER_ATTRS_KEYS = 64
+
+
+def check_user_attrs(attrs: Any, field: str = "user_attrs") -> dict[str, Any] | None:
+    """A small JSON object (bounded keys and size) or None; InvalidRequest naming the field."""
+    if attrs is None:
+        return None
+    if not isinstance(attrs, dict):
+        raise InvalidRequest("must be a JSON object", field=field)
+    if len(attrs) > MAX_USER_ATTRS_KEYS:
+        raise InvalidRequest(f"at most {MAX_USER_ATTRS_KEYS} keys (got {len(attrs)})", field=field)
+    try:
+        size = len(json.dumps(attrs, allow_nan=False, separators=(",", ":")).encode())
+    except (TypeError, ValueError) as e:
+        raise InvalidRequest(f"must be plain JSON: {e}", field=field) from None
+    if size > MAX_USER_ATTRS_BYTES:
+        raise InvalidRequest(f"at most {MAX_USER_ATTRS_BYTES} bytes as JSON (got {size})", field=field)
+    return attrs
 
 
 def _same_value(a: float | None, b: float | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and float(a) == float(b))
+
+
+def check_outcome(sd: StudyDef, state: str, value: Any) -> float | None:
+    """A tell's or an added trial's value for ``state``; InvalidRequest naming the field."""
+    if state not in ("complete", "failed", "pruned"):
+        raise InvalidRequest("must be complete, failed or pruned", field="state")
+    if state == "complete" and value is None:
+        raise InvalidRequest("a completed trial needs a value (or give state failed/pruned)", field="value")
+    if state == "failed" and value is not None:
+        raise InvalidRequest("a failed trial has no value", field="value")
+    if value is None:
+        return None
+    try:
+        return check_value(value)
+    except FieldError as e:
+        raise InvalidRequest(e.message, field="value") from None
+
+
+def check_constraints(sd: StudyDef, state: str, constraints: Any) -> list[float] | None:
+    """A completed trial of a constrained study carries one finite value per constraint (others may)."""
+    if constraints is None:
+        if sd.constraints and state == "complete":
+            raise InvalidRequest(f"a completed trial needs its {len(sd.constraints)} constraint values "
+                                 f"{list(sd.constraints)}", field="constraints")
+        return None
+    if not sd.constraints:
+        raise InvalidRequest("the study has no constraints", field="constraints")
+    if not isinstance(constraints, (list, tuple)) or len(constraints) != len(sd.constraints):
+        raise InvalidRequest(f"needs {len(sd.constraints)} values, one per constraint {list(sd.constraints)}",
+                             field="constraints")
+    out = []
+    for i, c in enumerate(constraints):
+        try:
+            out.append(check_value(c))
+        except FieldError as e:
+            raise InvalidRequest(e.message, field=f"constraints.{i}") from None
+    return out
+
+
+def _enqueued_view(t: Any) -> dict[str, Any]:
+    return {"id": t.id, "number": t.number, "params": t.params, "state": t.state, "origin": t.origin or "asked",
+            "user_attrs": t.user_attrs or {}}
 
 
 class StudyService:
@@ -64,11 +129,42 @@ class StudyService:
     # -------------------------------------------------------------- studies
     def create(self, name: str, space: Any, direction: str = "minimize", surrogate: str | None = None,
                acquisition: str | None = None, seed: int | None = None,
-               settings: dict[str, Any] | None = None, pruner: Any = None) -> tuple[StudyInfo, bool]:
-        definition = build_definition(name, space, direction, surrogate, acquisition, seed, settings, pruner)
+               settings: dict[str, Any] | None = None, pruner: Any = None, constraints: Any = None,
+               user_attrs: Any = None) -> tuple[StudyInfo, bool]:
+        """Create a study, or answer the existing one of the same name and definition (its user
+        attributes updated with ``user_attrs``)."""
+        attrs = check_user_attrs(user_attrs)
+        definition = build_definition(name, space, direction, surrogate, acquisition, seed, settings, pruner,
+                                      constraints)
+        return self._create(name, definition, attrs)
+
+    def _create(self, name: str, definition: dict[str, Any], attrs: dict[str, Any] | None) -> tuple[StudyInfo, bool]:
         config = EngineConfig.from_dict(definition["config"])
-        adaptive = [state_to_dict(s) for s in initial_states(config, definition["seed"])]
-        return self.storage.create_study(name, definition, adaptive)
+        seed = definition["seed"]
+        adaptive = [state_to_dict(s) for s in initial_states(config, seed)]
+        heads = None
+        if definition.get("constraints"):
+            heads = {"constraints": [[state_to_dict(s) for s in initial_states(config, seed + 1 + j)]
+                                     for j in range(len(definition["constraints"]))]}
+        info, created = self.storage.create_study(name, definition, adaptive, heads, attrs)
+        if not created and attrs:
+            self.storage.set_study_attrs(info.id, attrs)
+            info = self.storage.get_study(info.id)
+        return info, created
+
+    def resolve(self, ref: str, by: str | None = None) -> int:
+        """The id of the study ``ref`` names: its id (digits), or its name (anything else, or any
+        ``ref`` with ``by="name"``); NotFound naming it."""
+        if by not in (None, "id", "name"):
+            raise InvalidRequest("must be id or name", field="by")
+        if by != "name" and ref.isascii() and ref.isdigit():
+            sid = int(ref)
+            if sid > 2**31 - 1:
+                raise NotFound(f"study {ref} not found", field="study")
+            return sid
+        if by == "id":
+            raise InvalidRequest(f"{ref!r} is not a study id", field="study")
+        return self.storage.study_id(ref)  # one indexed lookup: names are unique
 
     def study(self, study_id: int) -> StudyDef:
         d = self._defs.get(study_id)
@@ -81,6 +177,7 @@ class StudyService:
                 seed=int(raw["seed"]), ask_wait_seconds=svc.get("ask_wait_seconds"),
                 heartbeat_timeout_seconds=svc.get("heartbeat_timeout_seconds"),
                 pruner=PrunerConfig.from_dict(raw.get("pruner")),
+                constraints=tuple(raw.get("constraints", ())),
             )
             self._defs[study_id] = d
         return d
@@ -218,37 +315,70 @@ class StudyService:
 
     def _ask_fresh(self, tx: StudyTx, sd: StudyDef, items: list[tuple[int, str | None, str | None]]
                    ) -> list[Any]:
-        """Select and record new trials for ``items``: one answer (trials, or an error) per item."""
+        """Select and record new trials for ``items``: one answer (trials, or an error) per item.
+
+        Enqueued trials go first, oldest first, each to exactly one ask (they are handed out inside
+        the study's locked transaction); a partly enqueued one takes the rest of its parameters from
+        the select (and, not chosen on a prediction, has none).
+        """
         study_id = sd.id
         st = tx.study
+        total = sum(c for c, _, _ in items)
+        waiting = tx.waiting_trials(total)
+        fixed = [t for t in waiting if sd.space.complete(t.params)]
         running = tx.running_trials()
         running = tx.fail_stale(running, now() - timedelta(seconds=self.heartbeat_timeout(sd)))
-        snap = self._snapshot(tx.snapshot_data, study_id, st.snapshot_version) if st.snapshot_version else None
-        states = [state_from_dict(d) for d in st.adaptive]
-        suggestions = select(
-            snap, states, sd.space, sd.config, count=sum(c for c, _, _ in items), direction=sd.direction,
-            seed=sd.seed, asked=st.next_number, pending=[t.params for t in running],
-            exclude_keys=self._finished_keys(tx),  # warm-up: select reads the snapshot's n_obs
-        )
-        specs, owners = [], []
-        for s in suggestions:
-            pred = s.prediction
-            points = pred.pop("points", None) if pred is not None else None
+        suggestions = []
+        if total > len(fixed):
+            snap = self._snapshot(tx.snapshot_data, study_id, st.snapshot_version) if st.snapshot_version else None
+            states = [state_from_dict(d) for d in st.adaptive]
+            heads = [[state_from_dict(d) for d in hs] for hs in (st.head_adaptive or {}).get("constraints", [])]
+            suggestions = select(
+                snap, states, sd.space, sd.config, count=total - len(fixed), direction=sd.direction,
+                seed=sd.seed, asked=st.next_number, pending=[t.params for t in running] + [t.params for t in fixed],
+                exclude_keys=self._finished_keys(tx),  # warm-up: select reads the snapshot's n_obs
+                head_states=heads if snap is not None and snap.heads else (),
+            )
+        specs, rows = [], []
+        rng = np.random.default_rng([sd.seed, st.next_number, 13])
+        donors = iter(suggestions)
+        for t in waiting:  # enqueued trials first, in order
+            params = t.params if sd.space.complete(t.params) else None
+            if params is None:
+                donor = next(donors, None)
+                params = sd.space.fill(t.params, donor.params if donor is not None else {}, rng)
+            specs.append({"params": params, "ukey": sd.space.key(params).hex(), "prediction": None,
+                          "points": None, "snapshot_version": None, "trial": t})
+        for s in donors:
+            pred, points = split_points(s.prediction)
             specs.append({"params": s.params, "ukey": sd.space.key(s.params).hex(), "prediction": pred,
-                          "points": pack_points(points),
-                          "snapshot_version": st.snapshot_version if pred is not None else None})
-        # the batch's suggestions go to its asks in arrival order
+                          "points": points, "snapshot_version": st.snapshot_version if pred is not None else None})
+        # the batch's trials go to its asks in arrival order
+        owners: list[int] = []
         for j, (count, worker_id, key) in enumerate(items):
             for _ in range(count):
                 if len(owners) < len(specs):
                     specs[len(owners)]["worker_id"] = worker_id
                     specs[len(owners)]["ask_key"] = key
                     owners.append(j)
-        rows = tx.add_trials(specs)
+        new = [spec for spec in specs if "trial" not in spec]
+        made = iter(tx.add_trials(new))
+        for spec in specs:
+            t = spec.pop("trial", None)
+            if t is not None:
+                tx.assign(t, spec)
+                rows.append({"id": t.id, "number": t.number, "origin": t.origin, "user_attrs": t.user_attrs})
+            else:
+                rows.append(next(made))
         answers: list[Any] = [[] for _ in items]
         for j, r, spec in zip(owners, rows, specs, strict=True):
-            answers[j].append({"id": r["id"], "number": r["number"], "params": spec["params"],
-                               "prediction": public_prediction(spec["prediction"])})
+            trial = {"id": r["id"], "number": r["number"], "study_id": study_id, "params": spec["params"],
+                     "prediction": public_prediction(spec["prediction"])}
+            if r.get("origin"):
+                trial["origin"] = r["origin"]
+            if r.get("user_attrs"):
+                trial["user_attrs"] = r["user_attrs"]
+            answers[j].append(trial)
         return [trials or Conflict("every configuration of the space has been tried or is running",
                                    field="count", code="space_exhausted") for trials in answers]
 
@@ -278,26 +408,22 @@ class StudyService:
 
     # ----------------------------------------------------------------- tell
     async def tell(self, study_id: int, trial_id: int, value: float | None = None,
-                   state: str | None = None) -> tuple[dict[str, Any], bool]:
+                   state: str | None = None, constraints: list[float] | None = None,
+                   user_attrs: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
         """Finish a trial. Returns ``(trial view, changed)``; repeating a tell changes nothing.
 
+        ``constraints``: the trial's constraint values (every constraint of the study, required to
+        complete a constrained study's trial); ``user_attrs`` are merged into the trial's.
         Concurrent tells (and asks) on one study commit together: see ``_write_batch``.
         """
         sd = await self._study_async(study_id)
         state = state or "complete"
-        if state not in ("complete", "failed", "pruned"):
-            raise InvalidRequest("must be complete, failed or pruned", field="state")
-        if state == "complete" and value is None:
-            raise InvalidRequest("a completed trial needs a value (or give state failed/pruned)", field="value")
-        if state == "failed" and value is not None:
-            raise InvalidRequest("a failed trial has no value", field="value")
-        if value is not None:  # complete, or pruned with its last value
-            try:
-                value = check_value(value)
-            except FieldError as e:
-                raise InvalidRequest(e.message, field="value") from None
+        value = check_outcome(sd, state, value)
+        constraints = check_constraints(sd, state, constraints)
+        attrs = check_user_attrs(user_attrs)
         with self._active(study_id):
-            view, changed, n_complete = await self._writes(study_id, ("tell", (trial_id, value, state)))
+            view, changed, n_complete = await self._writes(
+                study_id, ("tell", (trial_id, value, state, constraints, attrs)))
         if changed and self.metrics is not None:
             self.metrics.told.labels(state).inc()
         feeds = state == "complete" or (state == "pruned" and value is not None and sd.pruner.feed_pruned)
@@ -307,16 +433,20 @@ class StudyService:
             self.fits.request(study_id)
         return view, changed
 
-    def _tell_in(self, tx: StudyTx, sd: StudyDef, items: list[tuple[int, float | None, str]]) -> list[Any]:
+    def _tell_in(self, tx: StudyTx, sd: StudyDef, items: list[tuple]) -> list[Any]:
         study_id = sd.id
         out: list[Any] = []
-        trials = tx.trials([tid for tid, _, _ in items])
-        states = None  # loaded at the first completion, adapted tell by tell, stored once
+        trials = tx.trials([item[0] for item in items])
+        states = heads = None  # loaded at the first completion, adapted tell by tell, stored once
         adapted = False
-        for trial_id, value, state in items:
+        for trial_id, value, state, constraints, attrs in items:
             trial = trials.get(trial_id)
             if trial is None:
                 out.append(NotFound(f"trial {trial_id} not found in study {study_id}", field="trial_id"))
+                continue
+            if trial.state == "waiting":
+                out.append(Conflict(f"trial {trial.number} is enqueued: an ask hands it out before it can be told",
+                                    field="trial_id", code="trial_waiting"))
                 continue
             # a trial expired for silence is still running as far as its worker knows:
             # its tell is recorded (late, not lost); only a failed one changes nothing
@@ -325,7 +455,8 @@ class StudyService:
                 out.append((trial_view(trial), False))
                 continue
             if trial.state != "running" and not late:
-                if trial.state == state and _same_value(trial.value, value):
+                if trial.state == state and _same_value(trial.value, value) and \
+                        (constraints is None or trial.constraints == constraints):
                     out.append((trial_view(trial), False))
                     continue
                 told = f"{trial.state}" + (f" with value {trial.value!r}" if trial.value is not None else "")
@@ -334,23 +465,106 @@ class StudyService:
                                     code="trial_finished"))
                 continue
             if state == "complete":
-                pred = trial.prediction
-                if pred is not None and trial.points is not None:
-                    pred = {**pred, "points": unpack_points(trial.points, len(pred["intervals"]))}
+                pred = join_points(trial.prediction, trial.points)
                 if states is None:
                     states = [state_from_dict(d) for d in tx.study.adaptive]
+                    heads = [[state_from_dict(d) for d in hs]
+                             for hs in (tx.study.head_adaptive or {}).get("constraints", [])]
                 states, record = adapt(states, pred, value)
+                if heads:
+                    heads, cons_records = adapt_constraints(heads, pred, constraints)
+                    if record is not None and cons_records is not None:
+                        record["constraints"] = cons_records
                 adapted = adapted or record is not None
-                best = tx.study.best_value
-                better = best is None or (value < best if sd.direction == "minimize" else value > best)
-                tx.finish(trial, "complete", value, record, better)
+                better = feasible(constraints) and sd.better(value, tx.study.best_value)
+                tx.finish(trial, "complete", value, record, better, constraints=constraints, user_attrs=attrs)
             else:
-                tx.finish(trial, state, value)
+                tx.finish(trial, state, value, constraints=constraints, user_attrs=attrs)
             out.append((trial_view(trial), True))
         if adapted:
-            tx.set_adaptive([state_to_dict(s) for s in states])
+            tx.set_adaptive([state_to_dict(s) for s in states],
+                            {"constraints": [[state_to_dict(s) for s in hs] for hs in heads]} if heads else None)
         n_complete = tx.study.n_complete
         return [r if isinstance(r, Exception) else (*r, n_complete) for r in out]
+
+    # ------------------------------------------------- enqueue, add, copy
+    def enqueue(self, study_id: int, params: dict[str, Any], skip_if_exists: bool = True,
+                user_attrs: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+        """Queue ``params`` (all of a configuration, or some) for the next asks; ``(trial, created)``.
+
+        With ``skip_if_exists``, a trial whose parameters already include these values (enqueued,
+        running or finished) is answered instead of a new one.
+        """
+        sd = self.study(study_id)
+        try:
+            params = sd.space.validate_partial(params)
+        except FieldError as e:
+            raise InvalidRequest(e.message, field=f"params.{e.field}" if e.field != "params" else "params") from None
+        attrs = check_user_attrs(user_attrs)
+        complete = sd.space.complete(params)
+        with self.storage.locked(study_id) as tx:
+            if skip_if_exists:
+                same = tx.trials_with_params(params)
+                if same:
+                    return _enqueued_view(same[0]), False
+            (row,) = tx.add_trials([{"params": params, "ukey": sd.space.key(params).hex() if complete else "",
+                                     "origin": "enqueued", "user_attrs": attrs}], state="waiting")
+            return {"id": row["id"], "number": row["number"], "params": params, "state": "waiting",
+                    "origin": "enqueued", "user_attrs": attrs or {}}, True
+
+    def add(self, study_id: int, trials: list[dict[str, Any]], origin: str = "added") -> list[dict[str, Any]]:
+        """Record trials evaluated elsewhere (``params`` and ``value``, or ``state: failed``; a
+        constrained study's ``constraints``; ``user_attrs``): they count in the next fit and the best
+        trial, and, having no prediction, never move the calibration state. All or none are stored."""
+        sd = self.study(study_id)
+        if not 1 <= len(trials) <= MAX_ADDED:
+            raise InvalidRequest(f"1 to {MAX_ADDED} trials per request (got {len(trials)})", field="trials")
+        specs = [self._added_spec(sd, t, f"trials.{i}") for i, t in enumerate(trials)]
+        with self.storage.locked(study_id) as tx:
+            rows = tx.add_finished(specs, lambda v: sd.better(v, tx.study.best_value))
+            views = [trial_view(r) for r in rows]
+            n_complete = tx.study.n_complete
+        if any(spec["state"] == "complete" for spec in specs) and n_complete >= max(sd.config.n_warmup, 4) \
+                and self.fits is not None:
+            self.fits.request(study_id)
+        return views
+
+    def _added_spec(self, sd: StudyDef, trial: dict[str, Any], where: str) -> dict[str, Any]:
+        state = trial.get("state") or "complete"
+        if state not in ("complete", "failed", "pruned"):
+            raise InvalidRequest("must be complete, failed or pruned", field=f"{where}.state")
+        try:
+            params = sd.space.validate(trial.get("params"))
+        except FieldError as e:
+            raise InvalidRequest(e.message, field=f"{where}.params.{e.field}" if e.field != "params"
+                                 else f"{where}.params") from None
+        try:
+            value = check_outcome(sd, state, trial.get("value"))
+            constraints = check_constraints(sd, state, trial.get("constraints"))
+            attrs = check_user_attrs(trial.get("user_attrs"))
+        except InvalidRequest as e:
+            raise InvalidRequest(e.message, field=f"{where}.{e.field}") from None
+        return {"params": params, "ukey": sd.space.key(params).hex(), "state": state, "value": value,
+                "constraints": constraints, "user_attrs": attrs, "origin": trial.get("origin", "added")}
+
+    def copy(self, study_id: int, name: str, user_attrs: dict[str, Any] | None = None) -> tuple[StudyInfo, int]:
+        """A new study named ``name`` with the same definition and every finished trial of this one
+        (copied: their values, constraints and attributes, no predictions); ``(study, trials copied)``."""
+        check_name(name)
+        src = self.storage.get_study(study_id)
+        if self.storage.exists(name):
+            raise Conflict(f"a study named {name!r} exists", field="name", code="name_conflict")
+        info, _ = self._create(name, src.definition, check_user_attrs(user_attrs))
+        rows = self.storage.finished_trials(study_id)
+        specs = [{"params": r.params, "ukey": r.ukey, "state": r.state, "value": r.value, "values": r.values,
+                  "constraints": r.constraints, "user_attrs": r.user_attrs, "origin": "copied"} for r in rows]
+        sd = self.study(info.id)
+        for lo in range(0, len(specs), MAX_ADDED):
+            with self.storage.locked(info.id) as tx:
+                tx.add_finished(specs[lo : lo + MAX_ADDED], lambda v: sd.better(v, tx.study.best_value))
+        if sum(r.state == "complete" for r in rows) >= max(sd.config.n_warmup, 4) and self.fits is not None:
+            self.fits.request(info.id)
+        return self.storage.get_study(info.id), len(specs)
 
     # --------------------------------------------------------------- report
     def report(self, study_id: int, trial_id: int, step: int, value: float) -> bool:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..storage import StudyInfo, TrialRow, as_utc
+from ..storage import StudyInfo, TrialRow, as_utc, feasible
 
 
 def pack_points(points: np.ndarray | None) -> bytes | None:
@@ -25,16 +25,63 @@ def unpack_points(data: bytes, pairs: int) -> np.ndarray:
     return np.frombuffer(data, dtype="<f8").reshape(2, pairs, -1)
 
 
+def split_points(pred: dict[str, Any] | None) -> tuple[dict[str, Any] | None, bytes | None]:
+    """A prediction without its conformal point sets (the objective's and each constraint's), and
+    those sets as one blob; the prediction records each set's length under ``points_n``."""
+    if pred is None:
+        return None, None
+    parts = [pred, *pred.get("constraints", ())]
+    arrays = [p.get("points") for p in parts]
+    if all(a is None for a in arrays):
+        return pred, None
+    out = {k: v for k, v in pred.items() if k != "points"}
+    if pred.get("constraints"):
+        out["constraints"] = [{k: v for k, v in c.items() if k != "points"} for c in pred["constraints"]]
+    out["points_n"] = [0 if a is None else int(np.shape(a)[-1]) for a in arrays]
+    return out, b"".join(pack_points(a) for a in arrays if a is not None)
+
+
+def join_points(pred: dict[str, Any] | None, data: bytes | None) -> dict[str, Any] | None:
+    """Inverse of ``split_points``: the prediction with its point sets back in place (for adapt)."""
+    if pred is None or data is None:
+        return pred
+    sizes = pred.get("points_n") or [len(data) // (8 * 2 * len(pred["intervals"]))]
+    out = dict(pred)
+    parts = [out] + ([dict(c) for c in pred["constraints"]] if pred.get("constraints") else [])
+    at = 0
+    for part, n in zip(parts, sizes, strict=False):
+        if n:
+            pairs = len(part["intervals"])
+            size = 8 * 2 * pairs * n
+            part["points"] = unpack_points(data[at : at + size], pairs)
+            at += size
+    if len(parts) > 1:
+        out["constraints"] = parts[1:]
+    return out
+
+
+INTERNAL = ("points", "sign", "warp", "points_n")
+
+
 def public_prediction(pred: dict[str, Any] | None) -> dict[str, Any] | None:
     """What clients see of a prediction: no internal point sets, orientation sign or output warp."""
     if pred is None:
         return None
-    return {k: v for k, v in pred.items() if k not in ("points", "sign", "warp")}
+    out = {k: v for k, v in pred.items() if k not in INTERNAL}
+    if pred.get("constraints"):
+        out["constraints"] = [{k: v for k, v in c.items() if k not in INTERNAL} for c in pred["constraints"]]
+    return out
 
 
 def asked_view(t: TrialRow) -> dict[str, Any]:
     """A trial as the ask that created it answered it."""
-    return {"id": t.id, "number": t.number, "params": t.params, "prediction": public_prediction(t.prediction)}
+    out = {"id": t.id, "number": t.number, "study_id": t.study_id, "params": t.params,
+           "prediction": public_prediction(t.prediction)}
+    if t.origin is not None:
+        out["origin"] = t.origin
+    if t.user_attrs:
+        out["user_attrs"] = t.user_attrs
+    return out
 
 
 def trial_view(t: TrialRow) -> dict[str, Any]:
@@ -45,6 +92,11 @@ def trial_view(t: TrialRow) -> dict[str, Any]:
         "state": t.state,
         "params": t.params,
         "value": t.value,
+        "values": t.values,
+        "constraints": t.constraints,
+        "feasible": None if t.constraints is None else feasible(t.constraints),
+        "origin": t.origin or "asked",
+        "user_attrs": t.user_attrs or {},
         "prediction": public_prediction(t.prediction),
         "worker_id": t.worker_id,
         "asked_at": as_utc(t.asked_at),
@@ -71,6 +123,8 @@ def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool]) -
         "surrogate": surrogate,
         "acquisition": acquisition,
         "pruner": d.get("pruner") or {"name": "none"},
+        "constraints": d.get("constraints", []),
+        "user_attrs": info.user_attrs or {},
         "settings": settings,
         "created_at": info.created_at,
         "trials": info.counts,
@@ -88,10 +142,15 @@ def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool]) -
         },
         "adaptive": {
             "adapter": config["adapter"],
-            "pairs": [{"coverage": round(1.0 - s["target"], 10), "target_alpha": s["target"],
-                       "alpha": s["alpha"], "steps": s["steps"]} for s in info.adaptive],
+            "pairs": _pairs(info.adaptive),
+            "constraints": [_pairs(states) for states in (info.head_adaptive or {}).get("constraints", [])],
         },
     }
+
+
+def _pairs(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"coverage": round(1.0 - s["target"], 10), "target_alpha": s["target"], "alpha": s["alpha"],
+             "steps": s["steps"]} for s in states]
 
 
 
@@ -100,4 +159,5 @@ def study_summary(info: StudyInfo) -> dict[str, Any]:
     d = info.definition
     return {"id": info.id, "name": info.name, "direction": d["direction"], "seed": d["seed"],
             "surrogate": d["config"]["surrogate"], "acquisition": d["config"]["acquisition"],
+            "constraints": d.get("constraints", []), "user_attrs": info.user_attrs or {},
             "created_at": info.created_at, "trials": info.counts, "best_trial": info.best_trial}
