@@ -30,8 +30,9 @@ from ._optimize import (
     wants_reporter,
     worker_id,
 )
+from ._rows import read_rows
 from ._study import AsyncStudy
-from .errors import CaliboError, NotFound, TrialPruned
+from .errors import CaliboError, TrialPruned
 from .models import Trial
 
 __all__ = ["AsyncClient"]
@@ -132,6 +133,8 @@ class AsyncClient:
         seed: int | None = None,
         settings: dict[str, Any] | None = None,
         pruner: str | dict[str, Any] | None = None,
+        constraints: list[str] | None = None,
+        user_attrs: dict[str, Any] | None = None,
     ) -> AsyncStudy:
         """Create a study, or get the existing one with the same definition: an
         :class:`~calibo.AsyncStudy` handle (``pruner`` as in :meth:`Client.create_study`;
@@ -146,20 +149,21 @@ class AsyncClient:
                 seed=seed,
                 settings=settings,
                 pruner=pruner,
+                constraints=constraints,
+                user_attrs=user_attrs,
             ),
         ))
 
     async def get_study(self, study_id: StudyRef) -> dict[str, Any]:
         return await self._run(api.get_study(study_id))
 
-    async def load_study(self, study: int | str) -> AsyncStudy:
-        """A handle on an existing study, by id or by name (NotFound when there is none)."""
-        if isinstance(study, str) and not study.strip().isdigit():
-            found = [s for s in await self.list_studies(name=study) if s.get("name") == study]
-            if not found:
-                raise NotFound(f"no study named {study!r}", status=404, code="not_found", field="study")
-            study = found[0]["id"]
-        return AsyncStudy(self, await self.get_study(study))
+    async def load_study(self, study: int | str, *, by: str | None = None) -> AsyncStudy:
+        """A handle on an existing study: by id (an int, or a string of digits) or by name (any
+        other string; ``by="name"`` for a name made of digits). NotFound when there is none."""
+        if by not in (None, "id", "name"):
+            raise ValueError(f"by must be 'id' or 'name', got {by!r}")
+        ref = api.ByName(study) if by == "name" else study
+        return AsyncStudy(self, await self.get_study(ref))
 
     async def get_trial(self, study_id: StudyRef, trial_id: TrialRef) -> dict[str, Any]:
         """One trial's view."""
@@ -195,9 +199,11 @@ class AsyncClient:
         value: float | None = None,
         *,
         state: str | None = None,
+        constraints: list[float] | None = None,
+        user_attrs: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Finish a trial with its ``value``, or ``state="failed"`` / ``"pruned"``."""
-        return await self._run(api.tell(study_id, trial_id, value, state))
+        return await self._run(api.tell(study_id, trial_id, value, state, constraints, user_attrs))
 
     async def report(self, study_id: StudyRef, trial_id: TrialRef, step: int, value: float) -> bool:
         """Report an intermediate ``value`` at ``step``; True: prune it (see :meth:`Client.report`)."""
@@ -207,21 +213,53 @@ class AsyncClient:
         await self._run(api.heartbeat(study_id, trial_id))
 
     async def trials(
-        self, study_id: StudyRef, state: str | None = None, limit: int = 100, offset: int = 0
+        self, study_id: StudyRef, state: str | None = None, limit: int = 100, offset: int = 0, *,
+        origin: str | None = None, user_attrs: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """One page: ``{"trials": [...], "total", "limit", "offset"}``."""
-        return await self._run(api.trials(study_id, state, limit, offset))
+        """One page: ``{"trials": [...], "total", "limit", "offset"}`` (only trials of ``origin``,
+        and whose string user attributes match ``user_attrs``, when given)."""
+        return await self._run(api.trials(study_id, state, limit, offset, origin, user_attrs))
 
     async def iter_trials(
-        self, study_id: StudyRef, state: str | None = None, page_size: int = 100
+        self, study_id: StudyRef, state: str | None = None, page_size: int = 100, *,
+        origin: str | None = None, user_attrs: dict[str, str] | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Every trial view of the study (optionally in one state), page by page."""
+        """Every trial view of the study (optionally filtered as :meth:`trials`), page by page."""
         offset: int | None = 0
         while offset is not None:
-            page = await self.trials(study_id, state=state, limit=page_size, offset=offset)
+            page = await self.trials(study_id, state=state, limit=page_size, offset=offset, origin=origin,
+                                     user_attrs=user_attrs)
             for trial in page.get("trials") or []:
                 yield trial
             offset = api.next_offset(page, offset)
+
+    async def enqueue(
+        self, study_id: StudyRef, params: dict[str, Any], *, skip_if_exists: bool = True,
+        user_attrs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Queue ``params`` (all of a configuration, or some: the rest is chosen then) for the next
+        asks, which hand enqueued trials out first, each to one worker. With ``skip_if_exists`` a
+        trial already holding these values is answered instead of a new one."""
+        return await self._run(api.enqueue(study_id, params, skip_if_exists, user_attrs))
+
+    async def add_trials(
+        self, study_id: StudyRef, rows: Any, *, chunk: int = 1000,
+    ) -> list[dict[str, Any]]:
+        """Add trials evaluated elsewhere, from dicts, a CSV file or a JSON-lines file (see
+        ``calibo._rows``): they count in the next fit and the best trial, never in the calibration.
+        Sent in requests of ``chunk`` (at most 1000) trials; returns their views."""
+        view = await self.get_study(study_id)
+        trials = read_rows(rows, view["space"], view.get("constraints", []))
+        out: list[dict[str, Any]] = []
+        for lo in range(0, len(trials), max(1, min(chunk, 1000))):
+            out += await self._run(api.add_trials(view["id"], trials[lo : lo + chunk]))
+        return out
+
+    async def copy_study(
+        self, study_id: StudyRef, name: str, *, user_attrs: dict[str, Any] | None = None,
+    ) -> AsyncStudy:
+        """A new study ``name`` with the same definition and every finished trial (server side)."""
+        return AsyncStudy(self, await self._run(api.copy_study(study_id, name, user_attrs)))
 
     async def calibration(self, study_id: StudyRef) -> dict[str, Any]:
         return await self._run(api.calibration(study_id))

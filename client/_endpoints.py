@@ -6,21 +6,38 @@ import math
 import operator
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
-from ._core import Call, invalid_response, json_object, no_content
+from ._core import Call, Safety, invalid_response, json_object, no_content
 from .models import Trial, TrialRecord
 
 TRIAL_STATES = ("failed", "pruned")
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
-# A study is named by its id, its view (a dict with "id") or a Study handle; a trial by its id,
-# a Trial or a TrialRecord.
+# A study is named by its id (an int, or a string of digits), its name (any other string), its view
+# (a dict with "id"), a Study handle or a ByName; a trial by its id, a Trial or a TrialRecord.
 StudyRef = Any
 TrialRef = Any
+
+
+class ByName(str):
+    """A study name to be read as a name even when it is made of digits (``?by=name``)."""
+
+
+def _is_id(study: Any) -> bool:
+    return not isinstance(study, str) or (not isinstance(study, ByName) and study.isascii()
+                                           and study.strip().isdigit())
+
+
+def _study_query(study: Any, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The query a call on ``study`` carries: ``by=name`` for a name made of digits."""
+    if isinstance(study, ByName) and study.isascii() and study.isdigit():
+        return {**(params or {}), "by": "name"}
+    return params
 
 
 def _ident(value: Any, what: str) -> int:
@@ -53,7 +70,12 @@ def trial_id_of(trial: Any) -> int:
 
 
 def _study(study: Any) -> str:
-    return f"/v1/studies/{study_id_of(study)}"
+    """The path of a study: by id, or by its URL-encoded name (``/`` as ``%2F``)."""
+    if _is_id(study):
+        return f"/v1/studies/{study_id_of(study)}"
+    if not study:
+        raise ValueError("a study name must not be empty")
+    return f"/v1/studies/{quote(study, safe='')}"
 
 
 def _trial(study: Any, trial: Any) -> str:
@@ -95,6 +117,8 @@ def create_study(
     seed: int | None,
     settings: dict[str, Any] | None,
     pruner: str | dict[str, Any] | None = None,
+    constraints: list[str] | None = None,
+    user_attrs: dict[str, Any] | None = None,
 ) -> Call[dict[str, Any]]:
     if pruner is not None and not isinstance(pruner, str | dict):
         raise TypeError(f"pruner must be a name or a dict with a 'name', got {pruner!r}")
@@ -105,6 +129,8 @@ def create_study(
         "seed": seed,
         "settings": settings,
         "pruner": pruner,  # the server checks the name and the options
+        "constraints": list(constraints) if constraints is not None else None,
+        "user_attrs": user_attrs,
     }
     body.update({key: value for key, value in optional.items() if value is not None})
     # Creating the same definition again answers 200 with the existing study.
@@ -129,21 +155,21 @@ def list_studies(offset: int = 0, name: str | None = None) -> Call[dict[str, Any
 
 
 def get_study(study_id: StudyRef) -> Call[dict[str, Any]]:
-    return Call("GET", _study(study_id), json_object)
+    return Call("GET", _study(study_id), json_object, params=_study_query(study_id))
 
 
 def get_trial(study_id: StudyRef, trial_id: TrialRef) -> Call[dict[str, Any]]:
-    return Call("GET", _trial(study_id, trial_id), json_object)
+    return Call("GET", _trial(study_id, trial_id), json_object, params=_study_query(study_id))
 
 
 def delete_study(study_id: StudyRef) -> Call[None]:
-    return Call("DELETE", _study(study_id), no_content, gone_means_done=True)
+    return Call("DELETE", _study(study_id), no_content, gone_means_done=True, params=_study_query(study_id))
 
 
 def ask(
     study_id: StudyRef, count: int, worker_id: str | None, idempotency_key: str | None = None
 ) -> Call[list[Trial]]:
-    sid = study_id_of(study_id)
+    sid = study_id_of(study_id) if _is_id(study_id) else None
     list_trials = _list_of("trials")
     if idempotency_key is None:
         idempotency_key = uuid.uuid4().hex
@@ -159,14 +185,29 @@ def ask(
     # repeated key with the trials it made the first time: safe to retry.
     return Call(
         "POST",
-        f"{_study(sid)}/ask",
+        f"{_study(study_id)}/ask",
         parse,
         json={"count": count, "worker_id": worker_id},
         headers={"Idempotency-Key": idempotency_key},
+        params=_study_query(study_id),
     )
 
 
-def tell_body(value: float | None, state: str | None) -> dict[str, Any]:
+def _finite(value: Any, what: str) -> float:
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be a number, not bool")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{what} must be finite, got {number!r}")
+    return number
+
+
+def tell_body(
+    value: float | None,
+    state: str | None,
+    constraints: Sequence[float] | None = None,
+    user_attrs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     if value is None and state is None:
         raise ValueError("tell needs a value, a state ('failed' or 'pruned'), or both")
     if state is not None and state not in TRIAL_STATES:
@@ -179,15 +220,56 @@ def tell_body(value: float | None, state: str | None) -> dict[str, Any]:
         body["value"] = number
     if state is not None:
         body["state"] = state
+    if constraints is not None:
+        body["constraints"] = [_finite(c, "a constraint value") for c in constraints]
+    if user_attrs is not None:
+        body["user_attrs"] = dict(user_attrs)
     return body
 
 
 def tell(
-    study_id: StudyRef, trial_id: TrialRef, value: float | None, state: str | None
+    study_id: StudyRef,
+    trial_id: TrialRef,
+    value: float | None,
+    state: str | None,
+    constraints: Sequence[float] | None = None,
+    user_attrs: dict[str, Any] | None = None,
 ) -> Call[dict[str, Any]]:
     # The same tell again answers 200, so it is safe to retry.
     path = f"{_trial(study_id, trial_id)}/tell"
-    return Call("POST", path, json_object, json=tell_body(value, state))
+    return Call("POST", path, json_object, json=tell_body(value, state, constraints, user_attrs),
+                params=_study_query(study_id))
+
+
+def enqueue(
+    study_id: StudyRef,
+    params: dict[str, Any],
+    skip_if_exists: bool = True,
+    user_attrs: dict[str, Any] | None = None,
+) -> Call[dict[str, Any]]:
+    # skip_if_exists makes a repeat answer the trial the first try enqueued: safe to retry then.
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict, got {params!r}")
+    body: dict[str, Any] = {"params": params, "skip_if_exists": bool(skip_if_exists)}
+    if user_attrs is not None:
+        body["user_attrs"] = dict(user_attrs)
+    return Call("POST", f"{_study(study_id)}/enqueue", json_object, json=body, params=_study_query(study_id),
+                safety=Safety.IDEMPOTENT if skip_if_exists else Safety.UNSENT_ONLY)
+
+
+def add_trials(study_id: StudyRef, rows: list[dict[str, Any]]) -> Call[list[dict[str, Any]]]:
+    # Not idempotent (each try would add the trials again): retried only when surely unsent.
+    return Call("POST", f"{_study(study_id)}/trials", _list_of("trials"), json={"trials": rows},
+                params=_study_query(study_id), safety=Safety.UNSENT_ONLY)
+
+
+def copy_study(study_id: StudyRef, name: str, user_attrs: dict[str, Any] | None = None) -> Call[dict[str, Any]]:
+    body: dict[str, Any] = {"name": name}
+    if user_attrs is not None:
+        body["user_attrs"] = dict(user_attrs)
+    # a repeat after a lost answer is a 409 name_conflict, never a second copy
+    return Call("POST", f"{_study(study_id)}/copy", json_object, json=body, params=_study_query(study_id),
+                safety=Safety.UNSENT_ONLY)
 
 
 def report_body(step: int, value: float) -> dict[str, Any]:
@@ -220,22 +302,33 @@ def report(study_id: StudyRef, trial_id: TrialRef, step: int, value: float) -> C
     # One value per (trial, step): the same report again answers the same decision,
     # so it is safe to retry; a different value for a reported step is a 409.
     path = f"{_trial(study_id, trial_id)}/report"
-    return Call("POST", path, _should_prune, json=report_body(step, value))
+    return Call("POST", path, _should_prune, json=report_body(step, value), params=_study_query(study_id))
 
 
 def heartbeat(study_id: StudyRef, trial_id: TrialRef) -> Call[None]:
-    return Call("POST", f"{_trial(study_id, trial_id)}/heartbeat", no_content)
+    return Call("POST", f"{_trial(study_id, trial_id)}/heartbeat", no_content, params=_study_query(study_id))
 
 
-def trials(study_id: StudyRef, state: str | None, limit: int, offset: int) -> Call[dict[str, Any]]:
+def trials(
+    study_id: StudyRef,
+    state: str | None,
+    limit: int,
+    offset: int,
+    origin: str | None = None,
+    user_attrs: dict[str, str] | None = None,
+) -> Call[dict[str, Any]]:
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     if state is not None:
         params["state"] = state
-    return Call("GET", f"{_study(study_id)}/trials", json_object, params=params)
+    if origin is not None:
+        params["origin"] = origin
+    if user_attrs:
+        params["user_attr"] = [f"{k}:{v}" for k, v in user_attrs.items()]
+    return Call("GET", f"{_study(study_id)}/trials", json_object, params=_study_query(study_id, params))
 
 
 def calibration(study_id: StudyRef) -> Call[dict[str, Any]]:
-    return Call("GET", f"{_study(study_id)}/calibration", json_object)
+    return Call("GET", f"{_study(study_id)}/calibration", json_object, params=_study_query(study_id))
 
 
 def next_offset(page: dict[str, Any], offset: int, key: str = "trials") -> int | None:

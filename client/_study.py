@@ -54,6 +54,14 @@ class _Handle:
     def space(self) -> dict[str, Any] | None:
         return self.view.get("space")
 
+    @property
+    def constraints(self) -> list[str]:
+        return list(self.view.get("constraints") or [])
+
+    @property
+    def user_attrs(self) -> dict[str, Any]:
+        return dict(self.view.get("user_attrs") or {})
+
     def _record(self, data: dict[str, Any]) -> TrialRecord:
         return TrialRecord.from_wire(data, self.id)
 
@@ -88,9 +96,26 @@ class Study(_Handle):
         """``count`` new trials at once, chosen together (distinct, kept apart)."""
         return self.client.ask(self.id, count, worker_id)
 
-    def tell(self, trial: TrialLike, value: float | None = None, *, state: str | None = None) -> TrialRecord:
-        """Finish ``trial`` with its ``value``, or ``state="failed"`` / ``"pruned"``."""
-        return self._record(self.client.tell(self.id, _trial_id(trial), value, state=state))
+    def tell(self, trial: TrialLike, value: float | None = None, *, state: str | None = None,
+             constraints: list[float] | None = None, user_attrs: dict[str, Any] | None = None) -> TrialRecord:
+        """Finish ``trial`` with its ``value`` (and, in a constrained study, its ``constraints``:
+        one value per constraint, feasible when each is <= 0), or ``state="failed"`` / ``"pruned"``."""
+        return self._record(self.client.tell(self.id, _trial_id(trial), value, state=state,
+                                             constraints=constraints, user_attrs=user_attrs))
+
+    def enqueue(self, params: dict[str, Any], *, skip_if_exists: bool = True,
+                user_attrs: dict[str, Any] | None = None) -> TrialRecord:
+        """Queue a configuration (or part of one) for the next asks; see :meth:`Client.enqueue`."""
+        return self._record(self.client.enqueue(self.id, params, skip_if_exists=skip_if_exists,
+                                                user_attrs=user_attrs))
+
+    def add_trials(self, rows: Any) -> list[TrialRecord]:
+        """Add trials evaluated elsewhere (dicts, a CSV or a JSON-lines file); see :meth:`Client.add_trials`."""
+        return [self._record(v) for v in self.client.add_trials(self.id, rows)]
+
+    def copy(self, name: str, *, user_attrs: dict[str, Any] | None = None) -> Study:
+        """A new study ``name``: this one's definition and every finished trial."""
+        return self.client.copy_study(self.id, name, user_attrs=user_attrs)
 
     def report(self, trial: TrialLike, step: int, value: float) -> bool:
         """Report an intermediate value of a running trial; True: the pruner says stop it."""
@@ -110,9 +135,12 @@ class Study(_Handle):
                                      heartbeat_interval=heartbeat_interval)
         return [self._record(v) for v in views]
 
-    def trials(self, state: str | None = None) -> list[TrialRecord]:
-        """Every trial of the study (or those in ``state``), by number."""
-        return [self._record(v) for v in self.client.iter_trials(self.id, state=state)]
+    def trials(self, state: str | None = None, *, origin: str | None = None,
+               user_attrs: dict[str, str] | None = None) -> list[TrialRecord]:
+        """Every trial of the study (or those in ``state``, of ``origin``, with these string
+        ``user_attrs``), by number."""
+        return [self._record(v) for v in self.client.iter_trials(self.id, state=state, origin=origin,
+                                                                 user_attrs=user_attrs)]
 
     def trial(self, trial: TrialLike) -> TrialRecord:
         """One trial of the study, as the server has it now."""
@@ -163,9 +191,21 @@ class AsyncStudy(_Handle):
     async def ask_batch(self, count: int, worker_id: str | None = None) -> list[Trial]:
         return await self.client.ask(self.id, count, worker_id)
 
-    async def tell(self, trial: TrialLike, value: float | None = None, *,
-                   state: str | None = None) -> TrialRecord:
-        return self._record(await self.client.tell(self.id, _trial_id(trial), value, state=state))
+    async def tell(self, trial: TrialLike, value: float | None = None, *, state: str | None = None,
+                   constraints: list[float] | None = None, user_attrs: dict[str, Any] | None = None) -> TrialRecord:
+        return self._record(await self.client.tell(self.id, _trial_id(trial), value, state=state,
+                                                   constraints=constraints, user_attrs=user_attrs))
+
+    async def enqueue(self, params: dict[str, Any], *, skip_if_exists: bool = True,
+                      user_attrs: dict[str, Any] | None = None) -> TrialRecord:
+        return self._record(await self.client.enqueue(self.id, params, skip_if_exists=skip_if_exists,
+                                                      user_attrs=user_attrs))
+
+    async def add_trials(self, rows: Any) -> list[TrialRecord]:
+        return [self._record(v) for v in await self.client.add_trials(self.id, rows)]
+
+    async def copy(self, name: str, *, user_attrs: dict[str, Any] | None = None) -> AsyncStudy:
+        return await self.client.copy_study(self.id, name, user_attrs=user_attrs)
 
     async def report(self, trial: TrialLike, step: int, value: float) -> bool:
         return await self.client.report(self.id, _trial_id(trial), step, value)
@@ -183,8 +223,10 @@ class AsyncStudy(_Handle):
                                            heartbeat_interval=heartbeat_interval)
         return [self._record(v) for v in views]
 
-    async def trials(self, state: str | None = None) -> list[TrialRecord]:
-        return [self._record(v) async for v in self.client.iter_trials(self.id, state=state)]
+    async def trials(self, state: str | None = None, *, origin: str | None = None,
+                     user_attrs: dict[str, str] | None = None) -> list[TrialRecord]:
+        return [self._record(v) async for v in self.client.iter_trials(self.id, state=state, origin=origin,
+                                                                       user_attrs=user_attrs)]
 
     async def trial(self, trial: TrialLike) -> TrialRecord:
         return self._record(await self.client.get_trial(self.id, _trial_id(trial)))

@@ -24,14 +24,14 @@ class Trial:
     study_id: int
 
     @classmethod
-    def from_wire(cls, data: dict[str, Any], study_id: int) -> Trial:
+    def from_wire(cls, data: dict[str, Any], study_id: int | None) -> Trial:
         prediction = data.get("prediction")
         return cls(
             id=int(data["id"]),
             number=int(data["number"]),
             params=dict(data["params"]),
             prediction=dict(prediction) if isinstance(prediction, dict) else None,
-            study_id=int(data.get("study_id", study_id)),
+            study_id=int(data["study_id"] if data.get("study_id") is not None else study_id),
         )
 
 
@@ -48,11 +48,12 @@ def _time(value: Any) -> datetime | None:
 class TrialRecord:
     """A trial as the server stores it: what listings, ``tell`` and ``best_trial`` answer.
 
-    ``state`` is ``running``, ``complete``, ``failed`` or ``pruned``; ``value`` the told
-    objective (None while running or when failed); ``prediction`` what the surrogate
-    forecast at ask (None in the warm start). ``values``, ``constraints`` and
-    ``user_attrs`` hold what the server's view carries under those keys, when it does
-    (None / empty otherwise). ``raw`` is the server's JSON view as it came.
+    ``state`` is ``waiting`` (enqueued, not handed out yet), ``running``, ``complete``,
+    ``failed`` or ``pruned``; ``value`` the told objective (None while running or when
+    failed); ``constraints`` the told constraint values (``feasible`` when each is <= 0);
+    ``origin`` how it came to be (``asked``, ``enqueued``, ``added``, ``copied``);
+    ``prediction`` what the surrogate forecast at ask (None in the warm start and for
+    trials it did not choose). ``raw`` is the server's JSON view as it came.
     """
 
     id: int
@@ -65,6 +66,7 @@ class TrialRecord:
     values: list[float] | None = None
     constraints: list[float] | None = None
     user_attrs: dict[str, Any] = field(default_factory=dict)
+    origin: str = "asked"
     worker_id: str | None = None
     asked_at: datetime | None = None
     finished_at: datetime | None = None
@@ -92,6 +94,7 @@ class TrialRecord:
             values=[float(v) for v in values] if isinstance(values, list) else None,
             constraints=[float(c) for c in constraints] if isinstance(constraints, list) else None,
             user_attrs=dict(data.get("user_attrs") or {}),
+            origin=str(data.get("origin") or "asked"),
             worker_id=data.get("worker_id"),
             asked_at=_time(data.get("asked_at")),
             finished_at=_time(data.get("finished_at")),

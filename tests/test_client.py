@@ -666,8 +666,23 @@ def test_tell_rejects_bad_arguments_without_a_request() -> None:
         with pytest.raises(ValueError):
             calibo.tell(1, 2, state="complete")
         with pytest.raises(TypeError):
-            calibo.get_study("abc")  # type: ignore[arg-type]
+            calibo.get_study(1.5)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            calibo.get_study("")  # a name, but an empty one
     assert handler.calls == 0
+
+
+def test_a_study_is_named_by_id_or_by_name_in_the_path() -> None:
+    handler = Script(*[httpx.Response(200, json={"id": 7, "name": "x"})] * 5)
+    with sync_client(handler) as calibo:
+        calibo.get_study(7)
+        calibo.get_study("7")
+        calibo.get_study("a/b c%")
+        calibo.load_study("123", by="name")
+        calibo.load_study("svc")
+    raw = [(r.url.raw_path.decode(), r.url.params.get("by")) for r in handler.requests]
+    assert raw == [("/v1/studies/7", None), ("/v1/studies/7", None), ("/v1/studies/a%2Fb%20c%25", None),
+                   ("/v1/studies/123?by=name", "name"), ("/v1/studies/svc", None)]
 
 
 def test_iter_trials_walks_every_page() -> None:

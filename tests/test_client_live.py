@@ -62,3 +62,67 @@ def test_async_client_round_trip(live_server: LiveServer) -> None:
             assert [s["id"] for s in await c.list_studies() if s["id"] == study.id] == [study.id]
 
     asyncio.run(main())
+
+
+def test_study_handle_names_enqueue_add_and_copy(live_server: LiveServer, tmp_path) -> None:
+    with Client(live_server.url) as c:
+        name = f"handle/{unique()}"
+        study = c.create_study(name, BRANIN, seed=2, settings=FAST, constraints=["budget"],
+                               user_attrs={"git": "abc"})
+        assert study.constraints == ["budget"] and study.user_attrs == {"git": "abc"}
+        same = c.load_study(name)  # by name, with a slash in it
+        assert same.id == study.id and c.load_study(study.id).name == name
+        with pytest.raises(NotFound):
+            c.load_study("no such study")
+        queued = study.enqueue({"x1": 2.0, "x2": 3.0}, user_attrs={"why": "baseline"})
+        assert queued.state == "waiting" and queued.origin == "enqueued"
+        assert study.enqueue({"x1": 2.0, "x2": 3.0}).id == queued.id  # skip_if_exists
+        first = study.ask()
+        assert first.id == queued.id and first.params == {"x1": 2.0, "x2": 3.0}
+        done = study.tell(first, branin(first.params), constraints=[first.params["x1"] - 5.0],
+                          user_attrs={"run": "r1"})
+        assert done.feasible and done.user_attrs == {"why": "baseline", "run": "r1"}
+        with pytest.raises(InvalidRequest) as e:
+            study.tell(study.ask(), 1.0)  # a constrained study's tell needs its constraints
+        assert e.value.field == "constraints"
+        # trials made elsewhere: a CSV (text cells read by the study's space) and a JSON-lines file
+        csv_file = tmp_path / "old.csv"
+        csv_file.write_text("x1,x2,value,constraint.budget,user_attrs.source\n1.5,2.5,4.2,-1,csv\n-3,12,20.5,3,csv\n")
+        added = study.add_trials(csv_file)
+        assert [t.value for t in added] == [4.2, 20.5] and added[0].origin == "added"
+        assert added[0].constraints == [-1.0] and added[0].user_attrs == {"source": "csv"}
+        jl = tmp_path / "old.jsonl"
+        jl.write_text('{"params": {"x1": 9.0, "x2": 1.0}, "value": 5.0, "constraints": [4.0]}\n'
+                      '{"params": {"x1": 8.0, "x2": 1.0}, "state": "failed"}\n')
+        assert [t.state for t in study.add_trials(jl)] == ["complete", "failed"]
+        flat = study.add_trials([{"x1": 3.1, "x2": 2.2, "value": 1.0, "constraint.budget": -2.0}])
+        assert flat[0].value == 1.0
+        with pytest.raises(InvalidRequest) as e:
+            study.add_trials([{"params": {"x1": 1.0}, "value": 1.0, "constraints": [0.0]}])
+        assert e.value.field == "trials.0.params.x2"
+        best = study.best_trial
+        assert best.value == 1.0 and best.feasible  # the best feasible: 4.2 and 1.0 are, 5.0 is not
+        assert {t.origin for t in study.trials()} == {"enqueued", "asked", "added"}
+        assert len(study.trials(origin="added")) == 5
+        copy = study.copy(f"{name}-copy")
+        assert copy.name == f"{name}-copy" and len(copy.trials()) == 6  # every finished trial
+        assert copy.best_value == 1.0
+
+
+def test_async_handle_enqueue_and_names(live_server: LiveServer) -> None:
+    async def main() -> None:
+        async with AsyncClient(live_server.url) as c:
+            name = unique("async-handle")
+            study = await c.create_study(name, BRANIN, settings=FAST)
+            again = await c.load_study(name)
+            assert again.id == study.id
+            await study.enqueue({"x1": 1.0})
+            t = await study.ask()
+            assert t.params["x1"] == 1.0
+            rec = await study.tell(t, branin(t.params))
+            assert rec.origin == "enqueued"
+            added = await study.add_trials([{"params": {"x1": 0.5, "x2": 0.5}, "value": 30.0}])
+            assert added[0].origin == "added"
+            assert (await study.best_value()) == min(rec.value, 30.0)
+
+    asyncio.run(main())
