@@ -176,7 +176,7 @@ def test_dashboard_renders_every_plot_and_follows_new_trials(open_server: LiveSe
         study = c.get(f"/v1/studies/{sid}").json()
         calibration = c.get(f"/v1/studies/{sid}/calibration").json()
         curves = c.get(f"/v1/studies/{sid}/curves").json()
-        assert study["trials"] == {"running": 1, "complete": 26, "failed": 1, "pruned": 2, "total": 30}
+        assert study["trials"] == {"waiting": 0, "running": 1, "complete": 26, "failed": 1, "pruned": 2, "total": 30}
 
         page.goto(f"{open_server.url}/dashboard?poll=0.3")
         page.wait_for_selector(f'#study-table tr[data-study-id="{sid}"]')
@@ -256,4 +256,37 @@ def test_dashboard_with_a_read_token(auth_server: LiveServer, page) -> None:
     page.click("#token-button")
     page.wait_for_selector("#token-form", state="visible")
     assert page.evaluate("() => localStorage.getItem('calibo.token')") is None
+    assert not page.errors, page.errors
+
+
+def test_dashboard_marks_enqueued_added_and_infeasible_trials(open_server: LiveServer, page) -> None:
+    with open_server.client() as c:
+        r = c.post("/v1/studies", json={"name": "dashboard-constrained", "space": SPACE, "constraints": ["size"],
+                                        "settings": {"n_warmup": 5, "conformalize_from": 10}})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+        for x1 in (2.0, 3.0):
+            assert c.post(f"/v1/studies/{sid}/enqueue", json={"params": {"x1": x1}}).status_code == 201
+        feasible = 0
+        for _ in range(10):
+            t = ask(c, sid)
+            size = t["params"]["x2"] - 7.5
+            feasible += size <= 0
+            tell(c, sid, t["id"], value=objective(t["params"]), constraints=[size])
+        rows = [{"params": {"kernel": "rbf", "x1": float(x), "x2": 1.0}, "value": 30.0 + x, "constraints": [-1.0]}
+                for x in range(3)]
+        assert c.post(f"/v1/studies/{sid}/trials", json={"trials": rows}).status_code == 201
+        view = c.get(f"/v1/studies/{sid}").json()
+        assert view["best_trial"]["constraints"][0] <= 0
+
+        page.goto(f"{open_server.url}/dashboard?poll=0.3#study={sid}")
+        page.wait_for_selector('[data-fact="constraints"]')
+        assert page.get_attribute('[data-fact="constraints"]', "data-feasible") == str(feasible + 3)
+        origins = page.text_content('[data-fact="origins"]')
+        assert "2 enqueued" in origins and "3 added" in origins
+        assert page.get_attribute('[data-plot="best"]', "data-points") == "13"
+        legend = page.text_content('[data-plot="best"]')
+        assert "added / copied" in legend and "enqueued" in legend and "best feasible so far" in legend
+        if feasible < 10:
+            assert "infeasible" in legend
     assert not page.errors, page.errors

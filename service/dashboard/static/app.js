@@ -369,13 +369,24 @@
       fact("direction", s.direction),
       fact("surrogate / acquisition", `${s.surrogate} / ${s.acquisition}`),
       fact("pruner", (s.pruner && s.pruner.name) || "none"),
-      fact("trials", `${t.total} (${t.complete} complete, ${t.running} running, ${t.failed} failed, ${t.pruned} pruned)`,
-        { dataset: { fact: "trials", total: t.total } }),
-      fact("best", best ? `${fmt(best.value)} (trial ${best.number}: ${Object.entries(best.params)
-        .map(([k, v]) => `${k}=${fmt(v)}`).join(", ")})` : "—", { dataset: { fact: "best" } }),
+      fact("trials", `${t.total} (${t.complete} complete, ${t.running} running, ${t.failed} failed, ${t.pruned} pruned`
+        + `${t.waiting ? `, ${t.waiting} enqueued` : ""})`, { dataset: { fact: "trials", total: t.total } }),
+      fact(s.constraints && s.constraints.length ? "best feasible" : "best",
+        best ? `${fmt(best.value)} (trial ${best.number}: ${Object.entries(best.params)
+          .map(([k, v]) => `${k}=${fmt(v)}`).join(", ")})` : "—", { dataset: { fact: "best" } }),
       fact("surrogate", surrogateCell(st)),
       fact("last fit", st && st.fitted_at ? `${ago(st.fitted_at)}, took ${fmt(st.fit_seconds, 2)} s` : "—"),
     ];
+    if (s.constraints && s.constraints.length) {
+      const told = state.trials.filter((x) => x.state === "complete" && x.feasible != null);
+      const ok = told.filter((x) => x.feasible).length;
+      facts.push(fact("constraints", `${s.constraints.join(", ")}: ${ok} of ${told.length} completed trials feasible`,
+        { dataset: { fact: "constraints", feasible: ok } }));
+    }
+    const origins = ["enqueued", "added", "copied"].map((o) => [o, state.trials.filter((x) => x.origin === o).length])
+      .filter(([, n]) => n);
+    if (origins.length) facts.push(fact("not asked", origins.map(([o, n]) => `${n} ${o}`).join(", "),
+      { dataset: { fact: "origins" } }));
     if (s.adaptive) facts.push(fact("adapter", s.adaptive.adapter));
     if (cal && cal.summary && cal.summary.n) {
       const cov = cal.summary.coverage.map((c, i) => `${pct(cal.nominal[i])}→${fmt(c, 2)}`).join(" · ");
@@ -485,34 +496,51 @@
     };
   }
 
+  // each told value's series: asked and feasible, enqueued, added or copied, infeasible, pruned
+  const KINDS = [
+    ["asked", "trial value", "rgba(31, 119, 180, 0.6)", 6],
+    ["enqueued", "enqueued", "rgba(148, 103, 189, 0.85)", 7],
+    ["imported", "added / copied", "rgba(44, 160, 44, 0.85)", 7],
+    ["infeasible", "infeasible (a constraint > 0)", "rgba(214, 39, 40, 0.75)", 5],
+    ["pruned", "pruned (last value)", "rgba(140, 140, 140, 0.6)", 5],
+  ];
+
+  function kindOf(t) {
+    if (t.state !== "complete") return "pruned";
+    if (t.feasible === false) return "infeasible";
+    if (t.origin === "added" || t.origin === "copied") return "imported";
+    return t.origin === "enqueued" ? "enqueued" : "asked";
+  }
+
   function drawBest() {
     const s = state.study;
     const done = state.trials.filter((t) => t.value != null && (t.state === "complete" || t.state === "pruned"));
     const nComplete = done.filter((t) => t.state === "complete").length;
     if (!nComplete) return empty("best", "no completed trial yet");
     const sign = s.direction === "maximize" ? -1 : 1;
-    const xs = [], values = [], pruned = [], best = [];
+    const xs = [], best = [];
+    const cols = Object.fromEntries(KINDS.map(([k]) => [k, []]));
     let b = null;
     for (const t of done) {
       xs.push(t.number);
-      const ok = t.state === "complete";
-      values.push(ok ? t.value : null);
-      pruned.push(ok ? null : t.value);
-      if (ok && (b == null || sign * t.value < sign * b)) b = t.value;
+      const kind = kindOf(t);
+      for (const [k] of KINDS) cols[k].push(k === kind ? t.value : null);
+      // the best is the best feasible completed trial, as the study view's
+      if (kind !== "pruned" && kind !== "infeasible" && (b == null || sign * t.value < sign * b)) b = t.value;
       best.push(b);
     }
-    const anyPruned = pruned.some((v) => v != null);
+    const shown = KINDS.filter(([k]) => k === "asked" || cols[k].some((v) => v != null));
     const y = logScale("best", done.map((t) => t.value));
-    const data = [xs, values, best];
-    if (anyPruned) data.push(pruned);
-    chart("best", `best:${y.sig}:${anyPruned}`, nComplete, () => ({
+    const data = [xs, cols.asked, best, ...shown.slice(1).map(([k]) => cols[k])];
+    chart("best", `best:${y.sig}:${shown.map(([k]) => k).join()}`, nComplete, () => ({
       scales: { x: { time: false }, y: y.scale },
       axes: axes("trial number", "objective value", y.sig !== "linear"),
       series: [
         { label: "trial" },
-        { label: "trial value", ...dots("rgba(31, 119, 180, 0.6)", 6) },
-        line("#e8590c", { label: `best so far (${s.direction})`, width: 2.5, paths: uPlot.paths.stepped({ align: 1 }) }),
-        ...(anyPruned ? [{ label: "pruned (last value)", ...dots("rgba(140, 140, 140, 0.6)", 5) }] : []),
+        { label: KINDS[0][1], ...dots(KINDS[0][2], KINDS[0][3]) },
+        line("#e8590c", { label: `best ${s.constraints && s.constraints.length ? "feasible " : ""}so far (${s.direction})`,
+          width: 2.5, paths: uPlot.paths.stepped({ align: 1 }) }),
+        ...shown.slice(1).map(([, label, color, size]) => ({ label, ...dots(color, size) })),
       ],
     }), data);
   }
