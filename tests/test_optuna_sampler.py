@@ -87,7 +87,7 @@ def test_calibration_state_replays_what_was_told() -> None:
     study = optuna.create_study(sampler=sampler)
     study.enqueue_trial({"x": 9.0, "y": 1.0})  # not chosen on a prediction: must not adapt
     study.optimize(branin, n_trials=30)
-    (key, (numbers, states)), = sampler._adapted.items()
+    (key, (numbers, states, _)), = sampler._adapted.items()
     complete = [t.number for t in study.trials if t.state == TrialState.COMPLETE]
     assert numbers == complete[:-1]  # the last ask saw every trial but its own
     conformal = [t.number for t in study.trials
@@ -99,7 +99,7 @@ def test_calibration_state_replays_what_was_told() -> None:
     # the same study read by a fresh sampler (another process, say) rebuilds the same state
     fresh = CaliboSampler(seed=3, n_startup_trials=5, settings=settings)
     space = {"x": optuna.distributions.FloatDistribution(-5, 10), "y": optuna.distributions.FloatDistribution(0, 15)}
-    again = fresh._states(key, _Encoding(space), [t for t in study.trials if t.number in numbers])
+    again, _ = fresh._states(key[:2], _Encoding(space), [t for t in study.trials if t.number in numbers])
     assert [s.alpha for s in again] == [s.alpha for s in states]
     # an enqueued trial whose told configuration differs from the suggestion does not adapt
     fixed = [t for t in study.trials if t.number == 0][0]
@@ -157,3 +157,26 @@ def test_engine_settings_are_checked() -> None:
     with pytest.raises(ConfigError):
         CaliboSampler(settings={"n_candidates": 0})
     assert np.isfinite(CaliboSampler(seed=None)._seed)
+
+
+def test_constraints_told_with_set_constraint_are_modelled() -> None:
+    def objective(trial) -> float:
+        v = branin(trial)
+        trial.set_constraint("budget", trial.params["x"] + trial.params["y"] - 8.0)  # feasible below
+        return v
+
+    sampler = CaliboSampler(seed=0, n_startup_trials=8, settings={"conformalize_from": 12, "split_from": 16})
+    study = optuna.create_study(sampler=sampler)
+    study.optimize(objective, n_trials=30)
+    preds = [t for t in predicted(study)]
+    assert preds
+    from calibo.optuna._sampler import _get
+
+    last = _get(preds[-1], "prediction")["prediction"]
+    assert 0.0 <= last["feasibility"] <= 1.0 and len(last["constraints"]) == 1
+    feasible = [t for t in study.trials if t.constraints["budget"] <= 0]
+    late = [t for t in study.trials[8:]]
+    assert sum(t.constraints["budget"] <= 0 for t in late) / len(late) > 0.6
+    assert min(t.value for t in feasible) < 1.0
+    (_, (_, _, heads)), = sampler._adapted.items()
+    assert len(heads) == 1 and heads[0][0].steps > 0  # the constraint's own calibration state moved

@@ -24,6 +24,11 @@ from the study at each call.
 * **Failed and pruned trials** (NaN objectives fail) do not feed the surrogate,
   and their configurations are not suggested again; infinite values are kept out
   of the fit too.
+* **Constraints** (``trial.set_constraint(key, value)``, feasible when every value
+  is <= 0): when every completed trial carries the same constraint keys, each is
+  modelled by its own calibrated surrogate and the acquisition is weighed by the
+  calibrated probability of feasibility (the engine's constrained fit and select);
+  the incumbent is the best feasible trial.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from optuna.trial import FrozenTrial, TrialState
 from calibo.engine import EngineConfig, SearchSpace, adapt, fit, initial_states, select
 from calibo.engine.errors import FieldError
 from calibo.engine.limits import MAX_FEATURES, MAX_PARAMS
+from calibo.engine.optimizer import adapt_constraints
 
 __all__ = ["CaliboSampler"]
 
@@ -149,6 +155,8 @@ def _pack(prediction: dict[str, Any]) -> dict[str, Any]:
         a = np.ascontiguousarray(points, dtype="<f8")
         out["points_b64"] = base64.b64encode(a.tobytes()).decode()
         out["points_shape"] = list(a.shape)
+    if out.get("constraints"):
+        out["constraints"] = [_pack(c) for c in out["constraints"]]
     return out
 
 
@@ -158,7 +166,21 @@ def _unpack(stored: dict[str, Any]) -> dict[str, Any]:
     shape = out.pop("points_shape", None)
     if data is not None:
         out["points"] = np.frombuffer(base64.b64decode(data), dtype="<f8").reshape(shape)
+    if out.get("constraints"):
+        out["constraints"] = [_unpack(c) for c in out["constraints"]]
     return out
+
+
+def _constraint_keys(complete: list[FrozenTrial]) -> list[str] | None:
+    """The constraint keys every completed trial was told (``trial.set_constraint``), or None."""
+    keys = None
+    for t in complete:
+        c = getattr(t, "constraints", None) or {}
+        if keys is None:
+            keys = list(c)
+        elif list(c) != keys:
+            return None
+    return keys or None
 
 
 # -------------------------------------------------------------------- sampler
@@ -259,12 +281,15 @@ class CaliboSampler(BaseSampler):
                 complete.append(t)
         direction = "minimize" if study.direction == StudyDirection.MINIMIZE else "maximize"
         cfg = self.config
+        keys = _constraint_keys(complete)
+        cons = [[float(t.constraints[k]) for k in keys] for t in complete] if keys else None
         snap = None
         if len(observations) >= max(cfg.n_warmup, 4):
-            snap = self._snapshot((study._study_id, sig), enc.space, observations, pending, direction)
-        states = self._states((study._study_id, sig), enc, complete)
+            snap = self._snapshot((study._study_id, sig), enc.space, observations, pending, direction, cons)
+        states, heads = self._states((study._study_id, sig), enc, complete, keys)
         out = select(snap, states, enc.space, cfg, count=1, direction=direction, seed=self._seed,
-                     asked=trial.number, exclude=seen, pending=pending, n_observed=len(observations))
+                     asked=trial.number, exclude=seen, pending=pending, n_observed=len(observations),
+                     head_states=heads if snap is not None and snap.heads else ())
         if not out:  # every configuration is observed or running: repeat one, as Optuna's samplers may
             out = select(None, states, enc.space, cfg, count=1, direction=direction, seed=self._seed,
                          asked=trial.number)
@@ -301,26 +326,33 @@ class CaliboSampler(BaseSampler):
             raise ValueError("CaliboSampler supports single-objective studies only")
 
     def _snapshot(self, key: tuple[int, str], space: SearchSpace, observations: list, pending: list,
-                  direction: str) -> Any:
+                  direction: str, constraints: list[list[float]] | None = None) -> Any:
         """The engine's fit on ``observations``, reused while they do not change."""
-        observed = tuple((json.dumps(p, sort_keys=True), v) for p, v in observations)
+        observed = (tuple((json.dumps(p, sort_keys=True), v) for p, v in observations),
+                    json.dumps(constraints))
         cached = self._fits.get(key)
         if cached is not None and cached[0] == observed:
             return cached[1]
-        snap = fit(observations, space, self.config, direction, self._seed, pending=pending)
+        snap = fit(observations, space, self.config, direction, self._seed, pending=pending,
+                   constraints=constraints)
         self._fits[key] = (observed, snap)
         return snap
 
-    def _states(self, key: tuple[int, str], enc: _Encoding, complete: list[FrozenTrial]) -> list:
-        """ACI/DtACI states: ``adapt`` replayed over the completed trials in the order they finished.
+    def _states(self, key: tuple[int, str], enc: _Encoding, complete: list[FrozenTrial],
+                constraint_keys: list[str] | None = None) -> tuple[list, list]:
+        """ACI/DtACI states (the objective's, and each constraint's): ``adapt`` replayed over the completed
+        trials in the order they finished.
 
         Only trials told with the configuration this sampler suggested for them adapt: an enqueued
         or partly fixed trial was not chosen on the stored prediction."""
         order = sorted(complete, key=lambda t: (t.datetime_complete is None, t.datetime_complete, t.number))
         numbers = [t.number for t in order]
-        done, states = self._adapted.get(key, ([], None))
+        n_cons = len(constraint_keys or ())
+        cache_key = (*key, tuple(constraint_keys or ()))
+        done, states, heads = self._adapted.get(cache_key, ([], None, None))
         if states is None or numbers[:len(done)] != done:
             done, states = [], initial_states(self.config, self._seed)
+            heads = [initial_states(self.config, self._seed + 1 + j) for j in range(n_cons)]
         space = enc.space
         for t in order[len(done):]:
             stored = _get(t, "prediction")
@@ -333,6 +365,9 @@ class CaliboSampler(BaseSampler):
             except FieldError:
                 same = False
             if same:
-                states, _ = adapt(states, _unpack(stored["prediction"]), float(t.value))
-        self._adapted[key] = (numbers, states)
-        return list(states)
+                pred = _unpack(stored["prediction"])
+                states, _ = adapt(states, pred, float(t.value))
+                if n_cons and len(pred.get("constraints") or ()) == n_cons:
+                    heads, _ = adapt_constraints(heads, pred, [float(t.constraints[k]) for k in constraint_keys])
+        self._adapted[cache_key] = (numbers, states, heads)
+        return list(states), [list(h) for h in heads]
