@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.tasks import Task, _dataset
+from benchmarks.tasks import TASKS, Task, _dataset
 
 FOLDS = 3
 
@@ -233,3 +233,5 @@ REAL_TASKS: dict[str, Task] = {t.name: t for t in (
 )}
 
 PLATEAU_TASKS = ("dt_breast_cancer", "svc_breast_cancer", "knn_iris", "lgbm_diabetes", "sgd_wine", "dt_diabetes")
+
+TASKS.update(REAL_TASKS)
