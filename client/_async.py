@@ -188,9 +188,11 @@ class AsyncClient:
         count: int = 1,
         worker_id: str | None = None,
         idempotency_key: str | None = None,
+        *,
+        user_attrs: dict[str, Any] | None = None,
     ) -> list[Trial]:
         """Ask for ``count`` new trials; retried with one ``Idempotency-Key`` as :meth:`Client.ask`."""
-        return await self._run(api.ask(study_id, count, worker_id, idempotency_key))
+        return await self._run(api.ask(study_id, count, worker_id, idempotency_key, user_attrs))
 
     async def tell(
         self,

@@ -167,7 +167,8 @@ def delete_study(study_id: StudyRef) -> Call[None]:
 
 
 def ask(
-    study_id: StudyRef, count: int, worker_id: str | None, idempotency_key: str | None = None
+    study_id: StudyRef, count: int, worker_id: str | None, idempotency_key: str | None = None,
+    user_attrs: dict[str, Any] | None = None,
 ) -> Call[list[Trial]]:
     sid = study_id_of(study_id) if _is_id(study_id) else None
     list_trials = _list_of("trials")
@@ -187,7 +188,8 @@ def ask(
         "POST",
         f"{_study(study_id)}/ask",
         parse,
-        json={"count": count, "worker_id": worker_id},
+        json={"count": count, "worker_id": worker_id,
+              **({"user_attrs": user_attrs} if user_attrs is not None else {})},
         headers={"Idempotency-Key": idempotency_key},
         params=_study_query(study_id),
     )

@@ -88,13 +88,14 @@ class Study(_Handle):
         self.view = self.client.get_study(self.id)
         return self
 
-    def ask(self, worker_id: str | None = None) -> Trial:
-        """One new trial to evaluate."""
-        return self.client.ask(self.id, 1, worker_id)[0]
+    def ask(self, worker_id: str | None = None, *, user_attrs: dict[str, Any] | None = None) -> Trial:
+        """One new trial to evaluate (``user_attrs``: set on it)."""
+        return self.client.ask(self.id, 1, worker_id, user_attrs=user_attrs)[0]
 
-    def ask_batch(self, count: int, worker_id: str | None = None) -> list[Trial]:
+    def ask_batch(self, count: int, worker_id: str | None = None, *,
+                  user_attrs: dict[str, Any] | None = None) -> list[Trial]:
         """``count`` new trials at once, chosen together (distinct, kept apart)."""
-        return self.client.ask(self.id, count, worker_id)
+        return self.client.ask(self.id, count, worker_id, user_attrs=user_attrs)
 
     def tell(self, trial: TrialLike, value: float | None = None, *, state: str | None = None,
              constraints: list[float] | None = None, user_attrs: dict[str, Any] | None = None) -> TrialRecord:
@@ -185,11 +186,12 @@ class AsyncStudy(_Handle):
         self.view = await self.client.get_study(self.id)
         return self
 
-    async def ask(self, worker_id: str | None = None) -> Trial:
-        return (await self.client.ask(self.id, 1, worker_id))[0]
+    async def ask(self, worker_id: str | None = None, *, user_attrs: dict[str, Any] | None = None) -> Trial:
+        return (await self.client.ask(self.id, 1, worker_id, user_attrs=user_attrs))[0]
 
-    async def ask_batch(self, count: int, worker_id: str | None = None) -> list[Trial]:
-        return await self.client.ask(self.id, count, worker_id)
+    async def ask_batch(self, count: int, worker_id: str | None = None, *,
+                        user_attrs: dict[str, Any] | None = None) -> list[Trial]:
+        return await self.client.ask(self.id, count, worker_id, user_attrs=user_attrs)
 
     async def tell(self, trial: TrialLike, value: float | None = None, *, state: str | None = None,
                    constraints: list[float] | None = None, user_attrs: dict[str, Any] | None = None) -> TrialRecord:

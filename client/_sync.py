@@ -187,6 +187,8 @@ class Client:
         count: int = 1,
         worker_id: str | None = None,
         idempotency_key: str | None = None,
+        *,
+        user_attrs: dict[str, Any] | None = None,
     ) -> list[Trial]:
         """Ask for ``count`` new trials.
 
@@ -195,7 +197,7 @@ class Client:
         the trials of the first try instead of new ones. Asking again with the key
         of an earlier call answers that call's trials.
         """
-        return self._run(api.ask(study_id, count, worker_id, idempotency_key))
+        return self._run(api.ask(study_id, count, worker_id, idempotency_key, user_attrs))
 
     def tell(
         self,

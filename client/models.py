@@ -22,6 +22,8 @@ class Trial:
     params: dict[str, Any]
     prediction: dict[str, Any] | None
     study_id: int
+    origin: str | None = None  # "enqueued" when handed out from the study's queue
+    user_attrs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_wire(cls, data: dict[str, Any], study_id: int | None) -> Trial:
@@ -32,6 +34,8 @@ class Trial:
             params=dict(data["params"]),
             prediction=dict(prediction) if isinstance(prediction, dict) else None,
             study_id=int(data["study_id"] if data.get("study_id") is not None else study_id),
+            origin=data.get("origin"),
+            user_attrs=dict(data.get("user_attrs") or {}),
         )
 
 

@@ -77,11 +77,12 @@ def test_study_handle_names_enqueue_add_and_copy(live_server: LiveServer, tmp_pa
         queued = study.enqueue({"x1": 2.0, "x2": 3.0}, user_attrs={"why": "baseline"})
         assert queued.state == "waiting" and queued.origin == "enqueued"
         assert study.enqueue({"x1": 2.0, "x2": 3.0}).id == queued.id  # skip_if_exists
-        first = study.ask()
+        first = study.ask(user_attrs={"host": "h1"})
         assert first.id == queued.id and first.params == {"x1": 2.0, "x2": 3.0}
+        assert first.origin == "enqueued" and first.user_attrs == {"why": "baseline", "host": "h1"}
         done = study.tell(first, branin(first.params), constraints=[first.params["x1"] - 5.0],
                           user_attrs={"run": "r1"})
-        assert done.feasible and done.user_attrs == {"why": "baseline", "run": "r1"}
+        assert done.feasible and done.user_attrs == {"why": "baseline", "host": "h1", "run": "r1"}
         with pytest.raises(InvalidRequest) as e:
             study.tell(study.ask(), 1.0)  # a constrained study's tell needs its constraints
         assert e.value.field == "constraints"

@@ -84,6 +84,23 @@ def test_enqueued_trials_go_first_in_order_once_each(http: httpx.Client) -> None
     assert listed["total"] == 3
 
 
+def test_ask_sets_user_attrs_on_the_trials_it_hands_out(http: httpx.Client) -> None:
+    s = create(http, settings=FAST)
+    base = f"/v1/studies/{s['id']}"
+    q = http.post(f"{base}/enqueue", json={"params": {"x1": 1.0, "x2": 2.0}, "user_attrs": {"why": "default"}}).json()
+    r = http.post(f"{base}/ask", json={"count": 2, "user_attrs": {"run": "r7"}}).json()
+    queued, fresh = r["trials"]
+    assert queued["id"] == q["id"] and queued["user_attrs"] == {"why": "default", "run": "r7"}
+    assert fresh["user_attrs"] == {"run": "r7"}
+    for t in (queued, fresh):
+        assert http.get(f"{base}/trials/{t['id']}").json()["user_attrs"] == t["user_attrs"]
+    assert http.get(f"{base}/trials", params={"user_attr": "run:r7"}).json()["total"] == 2
+    big = {f"k{i}": i for i in range(65)}
+    assert_error(http.post(f"{base}/ask", json={"user_attrs": big}), 422, field="user_attrs")
+    assert_error(http.post(f"{base}/ask", json={"user_attrs": [1]}), 422, field="user_attrs")
+    assert http.get(f"{base}/trials").json()["total"] == 2  # nothing asked by the refused asks
+
+
 @pytest.mark.parametrize("workers", [32])
 def test_concurrent_workers_each_get_distinct_enqueued_trials(http: httpx.Client, server, workers: int) -> None:
     s = create(http, settings=FAST)

@@ -160,7 +160,8 @@ async def ask(
 ) -> Response:
     body = body or S.AskRequest()
     sid = await _aresolve(svc, study, by)
-    return fast_json({"trials": await svc.ask(sid, body.count, body.worker_id, idempotency_key)})
+    return fast_json({"trials": await svc.ask(sid, body.count, body.worker_id, idempotency_key,
+                                                       body.user_attrs)})
 
 
 @router.post("/studies/{study}/trials/{trial_id}/tell", response_model=S.TrialView, tags=["trials"],

@@ -383,6 +383,8 @@ MAX_COUNT = 256
 class AskRequest(_Request):
     count: json_int(ge=1, le=MAX_COUNT) = Field(1, description="how many configurations (distinct, kept apart)")
     worker_id: Name | None = Field(None, examples=["gpu-node-3/pid-4121"])
+    user_attrs: UserAttrs | None = Field(None, description="set on every trial this ask hands out "
+                                         "(merged into an enqueued trial's own)")
 
 
 class AskedTrial(BaseModel):

@@ -249,7 +249,8 @@ class StudyTx:
         return [{"id": ids[r["number"]], "number": r["number"]} for r in rows]
 
     def assign(self, trial: TrialRow, spec: dict[str, Any]) -> None:
-        """Hand an enqueued (waiting) trial out: it runs with ``spec``'s full parameters and key."""
+        """Hand an enqueued (waiting) trial out: it runs with ``spec``'s full parameters and key, and
+        ``spec``'s ``user_attrs`` merged into its own."""
         t0 = now()
         trial.state = "running"
         trial.params = spec["params"]
@@ -258,6 +259,8 @@ class StudyTx:
         trial.ask_key = spec.get("ask_key")
         trial.asked_at = t0
         trial.heartbeat_at = t0
+        if spec.get("user_attrs"):
+            trial.user_attrs = {**(trial.user_attrs or {}), **spec["user_attrs"]}
 
     def finish(self, trial: TrialRow, state: str, value: float | None,
                record: dict[str, Any] | None = None, better: bool = False, *,

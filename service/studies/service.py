@@ -47,6 +47,9 @@ MAX_ADDED = 1000  # trials one add request may carry
 MAX_USER_ATTRS_BYTES = 16_384  # a study's or trial's user_attrs, as compact JSON
 MAX_USER_ATTRS_KEYS = 64
 
+# an ask queued for the study's write batch: (count, worker_id, Idempotency-Key, user_attrs)
+AskItem = tuple[int, str | None, str | None, dict[str, Any] | None]
+
 
 def check_user_attrs(attrs: Any, field: str = "user_attrs") -> dict[str, Any] | None:
     """A small JSON object (bounded keys and size) or None; InvalidRequest naming the field."""
@@ -239,18 +242,20 @@ class StudyService:
         return sd if sd is not None else await anyio.to_thread.run_sync(self.study, study_id)
 
     async def ask(self, study_id: int, count: int = 1, worker_id: str | None = None,
-                  key: str | None = None) -> list[dict[str, Any]]:
+                  key: str | None = None, user_attrs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """``count`` new trials; concurrent asks on one study are served as one batch (one select)
         in the same transaction as the tells queued with them (see ``_write_batch``).
 
         ``key`` (the request's Idempotency-Key) makes the ask safe to retry: an ask
         with a key already used on the study answers the trials that key created.
+        ``user_attrs`` are set on every trial the ask hands out.
         """
+        user_attrs = check_user_attrs(user_attrs)
         sd = await self._study_async(study_id)
         with self._active(study_id):
             if self._inflight[study_id] == 1:  # maybe a sequential user: see _maybe_wait_for_fit
                 await anyio.to_thread.run_sync(self._maybe_wait_for_fit, sd)
-            out = await self._writes(study_id, ("ask", (count, worker_id, key)))
+            out = await self._writes(study_id, ("ask", (count, worker_id, key, user_attrs)))
         if self.metrics is not None and isinstance(out, list):
             self.metrics.asked.inc(len(out))
         return out
@@ -290,13 +295,13 @@ class StudyService:
             raise
         return out
 
-    def _ask_in(self, tx: StudyTx, sd: StudyDef, items: list[tuple[int, str | None, str | None]]) -> list[Any]:
+    def _ask_in(self, tx: StudyTx, sd: StudyDef, items: list[AskItem]) -> list[Any]:
         out: list[Any] = [None] * len(items)
         # retried asks: answer what their key created (earlier, or earlier in this batch)
-        keyed = {k for _, _, k in items if k is not None}
+        keyed = {k for _, _, k, _ in items if k is not None}
         done = {k: [asked_view(t) for t in ts] for k, ts in tx.asked_with(list(keyed)).items()} if keyed else {}
         fresh, first_of = [], {}
-        for i, (_, _, key) in enumerate(items):
+        for i, (_, _, key, _) in enumerate(items):
             if key in done:
                 out[i] = done[key]
             elif key is not None and key in first_of:
@@ -308,13 +313,12 @@ class StudyService:
         if fresh:
             for i, answer in zip(fresh, self._ask_fresh(tx, sd, [items[i] for i in fresh]), strict=True):
                 out[i] = answer
-        for i, (_, _, key) in enumerate(items):
+        for i, (_, _, key, _) in enumerate(items):
             if out[i] is None:
                 out[i] = out[first_of[key]]
         return out
 
-    def _ask_fresh(self, tx: StudyTx, sd: StudyDef, items: list[tuple[int, str | None, str | None]]
-                   ) -> list[Any]:
+    def _ask_fresh(self, tx: StudyTx, sd: StudyDef, items: list[AskItem]) -> list[Any]:
         """Select and record new trials for ``items``: one answer (trials, or an error) per item.
 
         Enqueued trials go first, oldest first, each to exactly one ask (they are handed out inside
@@ -323,7 +327,7 @@ class StudyService:
         """
         study_id = sd.id
         st = tx.study
-        total = sum(c for c, _, _ in items)
+        total = sum(c for c, _, _, _ in items)
         waiting = tx.waiting_trials(total)
         fixed = [t for t in waiting if sd.space.complete(t.params)]
         running = tx.running_trials()
@@ -355,11 +359,14 @@ class StudyService:
                           "points": points, "snapshot_version": st.snapshot_version if pred is not None else None})
         # the batch's trials go to its asks in arrival order
         owners: list[int] = []
-        for j, (count, worker_id, key) in enumerate(items):
+        for j, (count, worker_id, key, attrs) in enumerate(items):
             for _ in range(count):
                 if len(owners) < len(specs):
-                    specs[len(owners)]["worker_id"] = worker_id
-                    specs[len(owners)]["ask_key"] = key
+                    spec = specs[len(owners)]
+                    spec["worker_id"] = worker_id
+                    spec["ask_key"] = key
+                    if attrs:
+                        spec["user_attrs"] = attrs
                     owners.append(j)
         new = [spec for spec in specs if "trial" not in spec]
         made = iter(tx.add_trials(new))
@@ -369,7 +376,7 @@ class StudyService:
                 tx.assign(t, spec)
                 rows.append({"id": t.id, "number": t.number, "origin": t.origin, "user_attrs": t.user_attrs})
             else:
-                rows.append(next(made))
+                rows.append({**next(made), "user_attrs": spec.get("user_attrs")})
         answers: list[Any] = [[] for _ in items]
         for j, r, spec in zip(owners, rows, specs, strict=True):
             trial = {"id": r["id"], "number": r["number"], "study_id": study_id, "params": spec["params"],
