@@ -185,6 +185,12 @@ def believed_best(best: float, Q: np.ndarray, rows: list[int]) -> float:
     return min(best, float(_median(Q[rows]).min())) if rows else best
 
 
+def believed_points(Qs: list[np.ndarray], rows: list[int]) -> np.ndarray:
+    """(len(rows), m) the running points believed at their calibrated medians, one column per
+    objective (``Qs``: each objective's quantiles): several objectives' kriging believer."""
+    return np.stack([_median(Q[rows]) for Q in Qs], axis=1) if rows else np.empty((0, len(Qs)))
+
+
 def penalty(cand: np.ndarray, Q: np.ndarray, levels: np.ndarray, lipschitz_: float, best: float,
             rows: list[int]) -> np.ndarray:
     """(N,) product of the local penalisers of the running points ``rows``."""

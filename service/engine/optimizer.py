@@ -19,7 +19,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from . import acquisition as acq
-from . import crowd
+from . import crowd, multi
 from . import device as devices
 from .adaptive import ADAPTERS, AdaptiveState, new_state, state_from_dict, state_to_dict
 from .candidates import candidate_set, local_search
@@ -48,6 +48,7 @@ from .surrogates import SURROGATES, make_surrogate
 from .warp import BIG, WARPS, Warp, fit_warp
 
 DIRECTIONS = ("minimize", "maximize")
+MAX_OBJECTIVES = 4
 CONFORMAL_MODES = ("adaptive", "split", "cv+", "crossval", "jab+", "raw")
 
 
@@ -78,6 +79,8 @@ class EngineConfig:
     dtaci_window: int = 50
     ucb_pair: int = 0  # 0 = the widest interval's optimistic end
     crowd: str = "believer"  # believer | penalize | radius: running points in select (engine.crowd)
+    multi_acquisition: str = "auto"  # several objectives: auto (ehvi for 2, parego for 3-4) | ehvi | parego
+    reference_point: tuple[float, ...] | None = None  # several objectives: the hypervolume's, in their units
     diversity: float = 0.05  # crowd="radius": exclusion radius, unit-cube distance / sqrt(dim)
     surrogate_options: dict[str, Any] = field(default_factory=dict)
 
@@ -102,6 +105,16 @@ class EngineConfig:
             bad("warp", f"must be one of {list(WARPS)}")
         if self.crowd not in crowd.CROWD_MODES:
             bad("crowd", f"must be one of {list(crowd.CROWD_MODES)}")
+        if self.multi_acquisition not in ("auto", *multi.MULTI_ACQUISITIONS):
+            bad("multi_acquisition", f"must be one of {['auto', *multi.MULTI_ACQUISITIONS]}")
+        if self.reference_point is not None:
+            ref = self.reference_point
+            if (isinstance(ref, (str, bytes)) or not isinstance(ref, (list, tuple))
+                    or not 2 <= len(ref) <= MAX_OBJECTIVES
+                    or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                               for v in ref)):
+                bad("reference_point", f"must be a list of 2 to {MAX_OBJECTIVES} finite numbers, one per objective")
+            object.__setattr__(self, "reference_point", tuple(float(v) for v in ref))
         if self.levels is not None:
             most = int(SETTING_RANGES["n_levels"][1])
             if not isinstance(self.levels, (list, tuple)) or not 2 <= len(self.levels) <= most:
@@ -186,6 +199,31 @@ def check_constraint_names(names: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
+def check_directions(directions: Any) -> tuple[str, ...]:
+    """A multi-objective study's directions: 2 to ``MAX_OBJECTIVES`` of minimize / maximize."""
+    if isinstance(directions, str) or not isinstance(directions, (list, tuple)):
+        raise ConfigError("directions", "must be a list of 'minimize' / 'maximize', one per objective")
+    if not 2 <= len(directions) <= MAX_OBJECTIVES:
+        raise ConfigError("directions", f"must name 2 to {MAX_OBJECTIVES} objectives (got {len(directions)})")
+    for i, d in enumerate(directions):
+        if d not in DIRECTIONS:
+            raise ConfigError(f"directions.{i}", "must be 'minimize' or 'maximize'")
+    return tuple(directions)
+
+
+def check_values(values: Any, m: int, field: str = "values") -> list[float]:
+    """One finite number per objective; ParamError naming ``field`` (and the position) otherwise."""
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__") or len(values) != m:
+        raise ParamError(field, f"must be a list of {m} numbers, one per objective")
+    out = []
+    for i, v in enumerate(values):
+        try:
+            out.append(check_value(v))
+        except ParamError as e:
+            raise ParamError(f"{field}.{i}", e.message) from None
+    return out
+
+
 def check_value(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ParamError("value", "must be a number")
@@ -206,8 +244,13 @@ def fit(
     device: str | None = None,
     pending: Sequence[dict[str, Any]] = (),
     constraints: Sequence[Sequence[float]] | None = None,
+    directions: Sequence[str] | None = None,
 ) -> Snapshot:
     """Train, conformalize and score a fresh candidate set. Deterministic in its inputs.
+
+    ``directions`` (2 to 4): several objectives; each observation's value is then a list, one value
+    per objective. The first objective is the snapshot's own outcome, each further one a head of
+    kind ``"objective"``; ``select`` then runs the multi-objective acquisition (``engine.multi``).
 
     ``constraints`` (one row per observation, one column per outcome constraint, feasible when
     every value is <= 0): each constraint gets its own surrogate, conformalized the same way, as a
@@ -226,12 +269,14 @@ def fit(
     # adds spin-waiting, badly so when the cores are shared (7x slower measured).
     with threadpool_limits(1, user_api="blas"):
         try:
-            snap = _fit(observations, space, config, direction, seed, candidates, where, pending, constraints)
+            snap = _fit(observations, space, config, direction, seed, candidates, where, pending, constraints,
+                        directions)
         except Exception as e:
             if where != "cuda" or not devices.is_cuda_error(e):
                 raise
             why = f"CUDA failed, refitted on the CPU: {type(e).__name__}: {str(e)[:300]}"
-            snap = _fit(observations, space, config, direction, seed, candidates, "cpu", pending, constraints)
+            snap = _fit(observations, space, config, direction, seed, candidates, "cpu", pending, constraints,
+                        directions)
     if why:
         snap.meta["device_fallback"] = why
     return snap
@@ -249,9 +294,12 @@ class _Outcome:
                                refit=config.split_refit)
 
 
-def _fit(observations, space, config, direction, seed, candidates, device, pending=(), constraints=None) -> Snapshot:
+def _fit(observations, space, config, direction, seed, candidates, device, pending=(), constraints=None,
+         directions=None) -> Snapshot:
     t0 = time.perf_counter()
-    sign = _sign(direction)
+    dirs = check_directions(directions) if directions is not None and len(directions) > 1 else (direction,)
+    signs = [_sign(d) for d in dirs]
+    sign = signs[0]
     n = len(observations)
     if n < 4:
         raise ValueError("fit needs at least 4 observations")
@@ -266,24 +314,30 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
         return make_surrogate(config.surrogate, levels, fit_seed, device=device,
                               **config.surrogate_options)
 
-    main = _Outcome(sign * np.asarray([v for _, v in observations], dtype=float), config, make, X, method, fit_seed)
+    V = np.asarray([v for _, v in observations], dtype=float).reshape(n, len(dirs))
+    main = _Outcome(sign * V[:, 0], config, make, X, method, fit_seed)
     warp, y, cf = main.warp, main.y, main.cf
+    objs = [_Outcome(signs[j] * V[:, j], config, make, X, method, fit_seed + 101 + j) for j in range(1, len(dirs))]
     C = np.asarray(constraints, dtype=float).reshape(n, -1) if constraints is not None else np.empty((n, 0))
     cons = [_Outcome(C[:, j], config, make, X, method, fit_seed + 1 + j) for j in range(C.shape[1])]
     feasible = np.all(C <= 0, axis=1)
     best = float(y[feasible].min()) if feasible.any() else float(y.min())
     thresholds = [float(o.warp.forward(0.0)) for o in cons]
+    Y = np.stack([main.y] + [o.y for o in objs], axis=1)  # (n, m): every objective, minimised, warped
+    # what the candidate set mutates: the best observations, by Pareto rank with several objectives
+    rank_y = y if not objs else multi.pareto_ranks(Y).astype(float)
+    mo = _MultiScore(config, signs, Y, feasible, [warp] + [o.warp for o in objs], levels, rng) if objs else None
 
     def quantiles(model, rows: np.ndarray) -> np.ndarray:  # an exhausted small space leaves no candidate
         return model.predict_quantiles(space.features(rows)) if rows.shape[0] else np.empty((0, levels.size))
 
     if candidates is None:
-        cand = candidate_set(space, U, np.where(feasible, y, y + np.ptp(y) + 1.0), rng,
+        cand = candidate_set(space, U, np.where(feasible, rank_y, rank_y + np.ptp(rank_y) + 1.0), rng,
                              n_candidates=config.n_candidates, top_k=config.top_k,
                              mutation_fraction=config.mutation_fraction)
         if config.local_search and cand.shape[0]:
-            extra = _searched(space, cf.model, cand, U, y, feasible, best, config,
-                              [(o.cf.model, t) for o, t in zip(cons, thresholds, strict=True)])
+            extra = _searched(space, [cf.model] + [o.cf.model for o in objs], cand, U, rank_y, feasible, best,
+                              config, [(o.cf.model, t) for o, t in zip(cons, thresholds, strict=True)], mo)
             if extra.shape[0]:
                 cand = np.vstack([cand, extra])
         if pending:
@@ -314,13 +368,18 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     raw = mine["raw"]
     cal_weight, cand_weight = snapshot_weights(config.shift, cf.method, X, cf.cal_index, Xc, raw, levels,
                                                config.acquisition, best, fit_seed)
-    heads = [Head(kind="constraint", threshold=t, warp=None if o.warp.identity else o.warp.to_dict(),
-                  **outputs(o.cf)) for o, t in zip(cons, thresholds, strict=True)]
+    heads = [Head(kind="objective", best=float(o.y[feasible].min() if feasible.any() else o.y.min()),
+                  sign=signs[j], warp=None if o.warp.identity else o.warp.to_dict(), **outputs(o.cf))
+             for j, o in enumerate(objs, start=1)]
+    heads += [Head(kind="constraint", threshold=t, warp=None if o.warp.identity else o.warp.to_dict(),
+                   **outputs(o.cf)) for o, t in zip(cons, thresholds, strict=True)]
     meta = {"device": cf.model.ran_on, "crowd": crowd.fit_info(cf.model, cand, raw, config.crowd)}
     if not warp.identity:
         meta["warp"] = warp.to_dict()
     if cons:
         meta["n_feasible"] = int(feasible.sum())
+    if objs:
+        meta["directions"] = list(dirs)
     return Snapshot(
         n_obs=n,
         method=method,
@@ -340,31 +399,87 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
         fit_seconds=time.perf_counter() - t0,
         meta=meta,
         heads=heads,
+        observed_y=Y if objs else None,
+        observed_ok=feasible if objs else None,
     )
+
+
+class _MultiScore:
+    """The multi-objective acquisition (``engine.multi``) on a study's observations.
+
+    The objectives are compared on a common, scale-free footing: each one's warped values (minimised)
+    are shifted and divided by their observed range, so 0 is the best and 1 the worst value
+    observed. The front is the feasible observations' non-dominated set; the reference point is the
+    study's (``config.reference_point``, in the objectives' own units, mapped the same way) or, by
+    default, 1.1 in every objective: the worst observed value plus a tenth of the observed range.
+    """
+
+    def __init__(self, config: EngineConfig, signs: Sequence[float], Y: np.ndarray, ok: np.ndarray,
+                 warps: Sequence[Warp], levels: np.ndarray, rng: np.random.Generator,
+                 samples: int = multi.SAMPLES) -> None:
+        self.m = Y.shape[1]
+        self.kind = multi.resolve(config.multi_acquisition, self.m)
+        self.levels = levels
+        self.lo = Y.min(axis=0)
+        span = np.ptp(Y, axis=0)
+        self.span = np.where(span > 0, span, 1.0)
+        Yn = (Y - self.lo) / self.span
+        self.observed = Yn[ok]
+        self.front = self.observed[multi.pareto_mask(self.observed)] if self.observed.shape[0] else self.observed
+        if config.reference_point is not None:
+            if len(config.reference_point) != self.m:
+                raise ConfigError("reference_point", f"must have one value per objective ({self.m})")
+            r = np.array([float(w.forward(np.array([s * v]))[0])
+                          for w, s, v in zip(warps, signs, config.reference_point, strict=True)])
+            self.ref = (r - self.lo) / self.span
+        else:
+            self.ref = multi.reference_point(Yn)
+        self.u = multi.uniforms(self.m, rng, samples)
+        self.weights = multi.simplex_weights(self.m, rng)
+
+    def __call__(self, Qs: Sequence[np.ndarray], believed: np.ndarray | None = None) -> np.ndarray:
+        """Lower-is-better scores of candidates with the (warped, minimised) quantiles ``Qs``, one
+        array per objective; ``believed``: running points' predicted objectives (warped) that count
+        as observed (the kriging believer)."""
+        Qn = [(Q - self.lo[j]) / self.span[j] for j, Q in enumerate(Qs)]
+        observed, front = self.observed, self.front
+        if believed is not None and believed.shape[0]:
+            observed = np.vstack([observed, (believed - self.lo) / self.span])
+            front = observed[multi.pareto_mask(observed)]
+        incumbent = None
+        if self.kind == "parego":
+            base = observed if observed.shape[0] else self.ref[None, :]
+            incumbent = float(multi.chebyshev(base, self.weights).min())
+        return multi.scores(self.kind, Qn, self.levels, front, self.ref, self.u, self.weights, incumbent)
 
 
 # what fit's local search optimises for each acquisition: a deterministic stand-in for the sampled ones
 _SEARCHED = {"ts": "mean", "its": "mean", "obs": "mean"}
 
 
-def _searched(space: SearchSpace, model, cand: np.ndarray, U: np.ndarray, y: np.ndarray, feasible: np.ndarray,
-              best: float, config: EngineConfig, constraints: Sequence[tuple[Any, float]] = ()) -> np.ndarray:
-    """New candidates from a local search of the acquisition (on the fitted models' raw quantiles).
+def _searched(space: SearchSpace, models: Sequence[Any], cand: np.ndarray, U: np.ndarray, y: np.ndarray,
+              feasible: np.ndarray, best: float, config: EngineConfig, constraints: Sequence[tuple[Any, float]] = (),
+              mo: _MultiScore | None = None) -> np.ndarray:
+    """New candidates from a local search of the acquisition (on the fitted models' raw quantiles;
+    ``models``: one per objective, ``mo`` the multi-objective acquisition when there are several).
 
-    Starts: the ``config.local_search`` best drawn candidates and the two best (feasible first)
-    observed configurations; each descends the acquisition, weighed by the probability of
+    Starts: the ``config.local_search`` best drawn candidates and the two best (feasible first;
+    ``y`` ranks them) observed configurations; each descends the acquisition, weighed by the probability of
     feasibility under each constraint model, by one-coordinate moves (``candidates.local_search``).
     Returns the points reached that are neither observed nor drawn already. The calibrated
     acquisition at the current alpha is select's: these only give it better places to choose from.
     """
-    name = _SEARCHED.get(config.acquisition, config.acquisition)
+    name = "logei" if mo is not None else _SEARCHED.get(config.acquisition, config.acquisition)
     levels = config.level_grid
     dummy = np.random.default_rng(0)
 
     def score(rows: np.ndarray) -> np.ndarray:
         feats = space.features(rows)
-        Q = model.predict_quantiles(feats)
-        sc = acq.score(name, Q, levels, best=best, rng=dummy, ucb_pair=config.ucb_pair)
+        if mo is not None:
+            sc = mo([m.predict_quantiles(feats) for m in models])
+        else:
+            sc = acq.score(name, models[0].predict_quantiles(feats), levels, best=best, rng=dummy,
+                           ucb_pair=config.ucb_pair)
         if constraints:
             log_pf = sum(acq.log_prob_below(m.predict_quantiles(feats), levels, t) for m, t in constraints)
             sc = _with_feasibility(sc, log_pf, name, any_feasible=bool(feasible.any()))
@@ -466,12 +581,17 @@ def _outcome(bounds, method: str, levels: np.ndarray, row: int, Q: np.ndarray, a
 def _prediction(snap: Snapshot, row: int, Q: np.ndarray, alphas: np.ndarray, sign: float,
                 acquisition: str, score: float, heads: Sequence[tuple[np.ndarray, np.ndarray]] = (),
                 log_pf: np.ndarray | None = None) -> dict[str, Any]:
-    """The prediction a suggestion is chosen on: the objective's, and each head's (``heads``: the
-    calibrated quantiles and alphas of every snapshot head) under ``"constraints"``."""
+    """The prediction a suggestion is chosen on: the objective's (with several objectives, one per
+    objective under ``"objectives"``), and each constraint's (``heads``: the calibrated quantiles and
+    alphas of every snapshot head) under ``"constraints"``."""
     pred = _outcome(snap.bounds, snap.method, snap.levels, row, Q, alphas, sign,
                     Warp.from_dict(snap.meta.get("warp")))
+    if snap.meta.get("directions"):
+        pred = {"objectives": [pred] + [
+            _outcome(h.bounds(snap.method), snap.method, snap.levels, row, Qh, ah, h.sign, Warp.from_dict(h.warp))
+            for h, (Qh, ah) in zip(snap.heads, heads, strict=True) if h.kind == "objective"]}
     pred.update(surrogate=snap.surrogate, fitted_on=snap.n_obs, acquisition=acquisition, score=_finite(score))
-    if heads:
+    if any(h.kind == "constraint" for h in snap.heads):
         pred["constraints"] = [
             _outcome(h.bounds(snap.method), snap.method, snap.levels, row, Qh, ah, h.sign, Warp.from_dict(h.warp))
             for h, (Qh, ah) in zip(snap.heads, heads, strict=True) if h.kind == "constraint"]
@@ -582,10 +702,25 @@ def select(
         log_pf = sum(acq.log_prob_below(Qh, snapshot.levels, h.threshold)
                      for h, (Qh, _) in zip(snapshot.heads, heads, strict=True) if h.kind == "constraint")
     any_feasible = snapshot.meta.get("n_feasible", 1) > 0
+    acquisition, mo = config.acquisition, None
+    dirs = snapshot.meta.get("directions")
+    if dirs:  # several objectives: the first is the snapshot's own outcome, the others its objective heads
+        objective = [i for i, h in enumerate(snapshot.heads) if h.kind == "objective"]
+        Qs = [Q] + [heads[i][0] for i in objective]
+        warps = [Warp.from_dict(snapshot.meta.get("warp"))] + [Warp.from_dict(snapshot.heads[i].warp) for i in objective]
+        mo = _MultiScore(config, [_sign(d) for d in dirs], snapshot.observed_y, snapshot.observed_ok, warps,
+                         snapshot.levels, np.random.default_rng([seed, asked, 17]))
+        acquisition = "logei"  # -log of an expected improvement: how crowd penalties and feasibility combine
 
     def score(Qv: np.ndarray, best: float) -> np.ndarray:
-        sc = acq.score(config.acquisition, Qv, snapshot.levels, best=best, rng=rng, ucb_pair=config.ucb_pair)
-        return sc if log_pf is None else _with_feasibility(sc, log_pf, config.acquisition, any_feasible)
+        if mo is None:
+            sc = acq.score(config.acquisition, Qv, snapshot.levels, best=best, rng=rng, ucb_pair=config.ucb_pair)
+        else:  # the believer's narrowing (view.scores' Qv) applies to every objective alike
+            believer = view.mode == "believer" and bool(view.rows)
+            shrink = view.believer.shrink() if believer else None
+            sc = mo([Qj if shrink is None else crowd.narrow(Qj, shrink) for Qj in Qs],
+                    believed=crowd.believed_points(Qs, view.rows) if believer else None)
+        return sc if log_pf is None else _with_feasibility(sc, log_pf, acquisition, any_feasible)
 
     rows: list[int] = []
     preds: list[dict[str, Any]] = []
@@ -595,12 +730,15 @@ def select(
             pool = alive
         if not pool.any():
             break
-        sc = view.scores(score, config.acquisition)
+        if mo is not None and mo.kind == "parego":  # ParEGO: a fresh scalarisation for every choice
+            mo.weights = multi.simplex_weights(mo.m, rng)
+        sc = view.scores(score, acquisition)
         idx = np.flatnonzero(pool)
         row = int(idx[np.argmin(sc[idx])])
         rows.append(row)
         # the prediction is the calibrated one: the running points' outcomes are not known
-        preds.append(_prediction(snapshot, row, Q, alphas, sign, config.acquisition, sc[row], heads, log_pf))
+        preds.append(_prediction(snapshot, row, Q, alphas, sign, mo.kind if mo else config.acquisition, sc[row],
+                                 heads, log_pf))
         alive[row] = False
         if len(rows) < count:  # the next choice of the batch is conditioned on this one
             view.add([row])
@@ -661,9 +799,11 @@ def adapt(
 
 
 def adapt_constraints(head_states: Sequence[Sequence[AdaptiveState]], prediction: dict[str, Any] | None,
-                      values: Sequence[float] | None) -> tuple[list[list[AdaptiveState]], list[dict[str, Any]] | None]:
-    """``adapt`` for each constraint head: its own states, prediction and told value."""
-    preds = (prediction or {}).get("constraints")
+                      values: Sequence[float] | None, key: str = "constraints",
+                      ) -> tuple[list[list[AdaptiveState]], list[dict[str, Any]] | None]:
+    """``adapt`` for each constraint head (``key="objectives"``: each objective of a multi-objective
+    prediction): its own states, prediction and told value."""
+    preds = (prediction or {}).get(key)
     if not preds or values is None:
         return [list(hs) for hs in head_states], None
     out, records = [], []
@@ -680,8 +820,9 @@ def _jsonable(pred: dict[str, Any] | None) -> dict[str, Any] | None:
     out = dict(pred)
     if isinstance(out.get("points"), np.ndarray):
         out["points"] = out["points"].tolist()
-    if out.get("constraints"):
-        out["constraints"] = [_jsonable(c) for c in out["constraints"]]
+    for key in ("constraints", "objectives"):
+        if out.get(key):
+            out[key] = [_jsonable(c) for c in out[key]]
     return out
 
 
@@ -698,6 +839,12 @@ class Optimizer:
     ``enqueue(params)`` hands a configuration (or part of one: the rest is chosen) out at the next
     ask; ``add(params, value)`` records a trial evaluated elsewhere (no prediction: it feeds the fit
     and the best, never the calibration state).
+
+    ``directions`` (2 to 4, instead of ``direction``): several objectives. Every ``tell`` and ``add``
+    then takes a list of values, one per objective; each objective has its own calibrated surrogate
+    and ACI/DtACI state (``objective_states``), ask chooses by expected hypervolume improvement (two
+    objectives) or ParEGO (three or four, ``config.multi_acquisition``), and ``pareto`` holds the
+    non-dominated (feasible) observations in place of ``best``.
     """
 
     def __init__(
@@ -710,9 +857,15 @@ class Optimizer:
         n_warmup: int | None = None,
         config: EngineConfig | dict[str, Any] | None = None,
         constraints: Sequence[str] = (),
+        directions: Sequence[str] | None = None,
         **settings: Any,
     ) -> None:
         self.space = SearchSpace.from_dict(space)
+        if directions is not None and not (isinstance(directions, (list, tuple)) and len(directions) == 1):
+            self.directions = check_directions(directions)
+        else:
+            self.directions = tuple(directions or (direction,))
+        direction = self.directions[0]
         _sign(direction)
         self.direction = direction
         self.seed = int(seed)
@@ -721,10 +874,20 @@ class Optimizer:
                                   ("n_warmup", n_warmup)) if v is not None}
         self.config = replace(cfg, **over, **settings)
         self.constraints = check_constraint_names(constraints)
+        if self.multi:
+            try:
+                multi.resolve(self.config.multi_acquisition, len(self.directions))
+            except ValueError as e:
+                raise ConfigError("multi_acquisition", str(e)) from None
+        ref = self.config.reference_point
+        if ref is not None and len(ref) != len(self.directions):
+            raise ConfigError("reference_point", f"must have one value per objective ({len(self.directions)})")
         self.states: list[AdaptiveState] = initial_states(self.config, self.seed)
+        self.objective_states: list[list[AdaptiveState]] = [
+            initial_states(self.config, self.seed + 101 + j) for j in range(1, len(self.directions))]
         self.constraint_states: list[list[AdaptiveState]] = [
             initial_states(self.config, self.seed + 1 + j) for j in range(len(self.constraints))]
-        self.observations: list[tuple[dict[str, Any], float]] = []
+        self.observations: list[tuple[dict[str, Any], Any]] = []  # (params, value or list of values)
         self.constraint_values: list[list[float]] = []  # one row per observation, when there are constraints
         self.failed: list[dict[str, Any]] = []  # added failed trials: never suggested again
         self.waiting: list[dict[str, Any]] = []  # enqueued (partial) configurations, handed out first
@@ -744,7 +907,8 @@ class Optimizer:
             t = time.perf_counter()
             self._snapshot = fit(self.observations, self.space, self.config, self.direction, self.seed,
                                  pending=[p for p, _ in self.pending],
-                                 constraints=self.constraint_values if self.constraints else None)
+                                 constraints=self.constraint_values if self.constraints else None,
+                                 directions=self.directions if self.multi else None)
             self.timings["fit"] += time.perf_counter() - t
         return self._snapshot
 
@@ -764,7 +928,7 @@ class Optimizer:
                 snap, self.states, self.space, self.config, count=n - len(fixed), direction=self.direction,
                 seed=self.seed, asked=self.asked, exclude=[p for p, _ in self.observations] + self.failed,
                 pending=[p for p, _ in self.pending] + fixed, n_observed=len(self.observations),
-                head_states=self.constraint_states if snap is not None and snap.heads else (),
+                head_states=self.objective_states + self.constraint_states if snap is not None and snap.heads else (),
             )
             self.timings["select"] += time.perf_counter() - t
         rng = np.random.default_rng([self.seed, self.asked, 13])
@@ -783,13 +947,22 @@ class Optimizer:
         self.waiting.append(self.space.validate_partial(params))
 
     # ---------------------------------------------------------------- tell
-    def tell(self, params: dict[str, Any], value: float, prediction: dict[str, Any] | None = None,
+    @property
+    def multi(self) -> bool:
+        """Several objectives."""
+        return len(self.directions) > 1
+
+    def _value(self, value: Any) -> Any:
+        return check_values(value, len(self.directions), "value") if self.multi else check_value(value)
+
+    def tell(self, params: dict[str, Any], value: Any, prediction: dict[str, Any] | None = None,
              constraints: Sequence[float] | None = None) -> None:
-        """Record ``value`` (and the constraint values) for ``params``; a pending suggestion's
-        prediction adapts the calibration states (ACI / DtACI), as does ``prediction`` when given.
+        """Record ``value`` (a list of values, one per objective, with several objectives; and the
+        constraint values) for ``params``; a pending suggestion's prediction adapts the calibration
+        states (ACI / DtACI), as does ``prediction`` when given.
         Raises ``ParamError`` for a bad value, constraints or params."""
         params = self.space.validate(params)
-        value = check_value(value)
+        value = self._value(value)
         cons = self._constraint_values(constraints)
         key = self.space.key(params)
         for i, (p, pred) in enumerate(self.pending):
@@ -798,7 +971,12 @@ class Optimizer:
                 prediction = prediction if prediction is not None else pred
                 break
         t = time.perf_counter()
-        self.states, record = adapt(self.states, prediction, value)
+        if self.multi:
+            every, records = adapt_constraints([self.states, *self.objective_states], prediction, value, "objectives")
+            self.states, self.objective_states = every[0], every[1:]
+            record = None if records is None else {"objectives": records}
+        else:
+            self.states, record = adapt(self.states, prediction, value)
         if self.constraints:
             self.constraint_states, cons_records = adapt_constraints(self.constraint_states, prediction, cons)
             if record is not None and cons_records is not None:
@@ -821,7 +999,7 @@ class Optimizer:
             return
         if state != "complete":
             raise ParamError("state", "must be complete or failed")
-        self._observe(params, check_value(value), self._constraint_values(constraints))
+        self._observe(params, self._value(value), self._constraint_values(constraints))
 
     def _constraint_values(self, constraints: Sequence[float] | None) -> list[float] | None:
         if not self.constraints:
@@ -833,29 +1011,69 @@ class Optimizer:
                                             f"{list(self.constraints)}")
         return [check_value(c) for c in constraints]
 
-    def _observe(self, params: dict[str, Any], value: float, cons: list[float] | None) -> None:
+    def _observe(self, params: dict[str, Any], value: Any, cons: list[float] | None) -> None:
         self.observations.append((params, value))
         if cons is not None:
             self.constraint_values.append(cons)
 
     # ----------------------------------------------------------------- views
-    @property
-    def best(self) -> tuple[dict[str, Any], float] | None:
-        """``(params, value)`` of the best feasible observation so far, or None."""
+    def _feasible_rows(self) -> list[int]:
         rows = range(len(self.observations))
         if self.constraints:
-            rows = [i for i in rows if all(c <= 0 for c in self.constraint_values[i])]
+            return [i for i in rows if all(c <= 0 for c in self.constraint_values[i])]
+        return list(rows)
+
+    @property
+    def best(self) -> tuple[dict[str, Any], float] | None:
+        """``(params, value)`` of the best feasible observation so far, or None. With several objectives
+        there is no single best: see ``pareto``."""
+        if self.multi:
+            raise ValueError("a multi-objective optimizer has no single best observation: see pareto")
+        rows = self._feasible_rows()
         if not rows:
             return None
         pick = min if self.direction == "minimize" else max
         return self.observations[pick(rows, key=lambda i: self.observations[i][1])]
 
+    def _minimised(self, rows: Sequence[int]) -> np.ndarray:
+        signs = np.array([_sign(d) for d in self.directions])
+        return np.array([self.observations[i][1] for i in rows], dtype=float).reshape(-1, len(signs)) * signs
+
+    @property
+    def pareto(self) -> list[tuple[dict[str, Any], list[float]]]:
+        """``(params, values)`` of the non-dominated feasible observations (several objectives)."""
+        if not self.multi:
+            raise ValueError("pareto is for several objectives: see best")
+        rows = self._feasible_rows()
+        if not rows:
+            return []
+        keep = multi.pareto_mask(self._minimised(rows))
+        return [self.observations[i] for i, k in zip(rows, keep, strict=True) if k]
+
+    def hypervolume(self, reference_point: Sequence[float] | None = None) -> float:
+        """The hypervolume the feasible observations dominate (several objectives), up to
+        ``reference_point`` (the objectives' own units; default ``config.reference_point``, else each
+        objective's worst observed value plus a tenth of its observed range)."""
+        if not self.multi:
+            raise ValueError("hypervolume is for several objectives")
+        signs = np.array([_sign(d) for d in self.directions])
+        ref = reference_point if reference_point is not None else self.config.reference_point
+        every = self._minimised(range(len(self.observations)))
+        if ref is None:
+            if not every.shape[0]:
+                return 0.0
+            r = multi.reference_point(every)
+        else:
+            r = np.asarray(ref, dtype=float) * signs
+        return multi.hypervolume(self._minimised(self._feasible_rows()), r)
+
     def state_dict(self) -> dict[str, Any]:
         """Everything the optimizer holds, as JSON-able data (``from_state_dict`` resumes it)."""
         return {
-            "version": 2,
+            "version": 3,
             "space": self.space.to_dict(),
             "direction": self.direction,
+            "directions": list(self.directions),
             "seed": self.seed,
             "config": self.config.to_dict(),
             "constraints": list(self.constraints),
@@ -866,6 +1084,7 @@ class Optimizer:
             "pending": [[p, pred] for p, pred in self.pending],
             "states": [state_to_dict(s) for s in self.states],
             "constraint_states": [[state_to_dict(s) for s in hs] for hs in self.constraint_states],
+            "objective_states": [[state_to_dict(s) for s in hs] for hs in self.objective_states],
             "records": self.records,
             "asked": self.asked,
         }
@@ -873,14 +1092,16 @@ class Optimizer:
     @classmethod
     def from_state_dict(cls, d: dict[str, Any]) -> Optimizer:
         """The optimizer ``state_dict`` described: its next ask is the one the original would make."""
-        opt = cls(d["space"], d["direction"], d["seed"], config=d["config"], constraints=d.get("constraints", ()))
-        opt.observations = [(dict(p), float(v)) for p, v in d["observations"]]
+        opt = cls(d["space"], d["direction"], d["seed"], config=d["config"], constraints=d.get("constraints", ()),
+                  directions=d.get("directions"))
+        opt.observations = [(dict(p), [float(x) for x in v] if opt.multi else float(v)) for p, v in d["observations"]]
         opt.constraint_values = [list(map(float, c)) for c in d.get("constraint_values", [])]
         opt.failed = [dict(p) for p in d.get("failed", [])]
         opt.waiting = [dict(p) for p in d.get("waiting", [])]
         opt.pending = [(dict(p), pred) for p, pred in d["pending"]]
         opt.states = [state_from_dict(s) for s in d["states"]]
         opt.constraint_states = [[state_from_dict(s) for s in hs] for hs in d.get("constraint_states", [])]
+        opt.objective_states = [[state_from_dict(s) for s in hs] for hs in d.get("objective_states", [])]
         opt.records = list(d["records"])
         opt.asked = int(d["asked"])
         return opt

@@ -25,7 +25,7 @@ from .space import SearchSpace
 
 FORMAT_VERSION = 1
 _ARRAYS = ("levels", "candidates", "raw", "scores", "fold_raw", "fold_of", "observed", "scale",
-           "fold_scale", "cal_weight", "cand_weight")
+           "fold_scale", "cal_weight", "cand_weight", "observed_y", "observed_ok")
 _FLOAT32 = ("raw", "fold_raw", "scale", "fold_scale")  # per-candidate model outputs
 _HEAD_ARRAYS = ("raw", "scores", "fold_raw", "fold_of", "scale", "fold_scale")
 
@@ -80,6 +80,10 @@ class Snapshot:
     fit_seconds: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
     heads: list[Head] = field(default_factory=list)  # constraints / further objectives, same candidates
+    # several objectives: every observation's objectives (n, m; minimise orientation, warped) and
+    # whether it was feasible (n,): the Pareto front and reference point of the multi-objective select
+    observed_y: np.ndarray | None = None
+    observed_ok: np.ndarray | None = None
     _bounds: Bounds | None = field(default=None, init=False, repr=False, compare=False)
     _keys: list[bytes] | None = field(default=None, init=False, repr=False, compare=False)
     cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)  # select's
@@ -173,6 +177,8 @@ class Snapshot:
                 cal_weight=arrays.get("cal_weight"),
                 cand_weight=arrays.get("cand_weight"),
                 heads=heads,
+                observed_y=arrays.get("observed_y"),
+                observed_ok=arrays.get("observed_ok"),
             )
         except ValueError as e:
             raise ValueError(f"not a calibo snapshot: {e}") from e
