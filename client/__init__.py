@@ -48,7 +48,7 @@ from .errors import (
     TrialPruned,
     Unauthorized,
 )
-from .models import Trial, TrialRecord
+from .models import ParetoFront, Trial, TrialRecord
 
 __all__ = [
     "__version__",
@@ -62,6 +62,7 @@ __all__ = [
     "Forbidden",
     "InvalidRequest",
     "NotFound",
+    "ParetoFront",
     "Reporter",
     "ServerError",
     "Study",

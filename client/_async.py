@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -135,6 +135,7 @@ class AsyncClient:
         pruner: str | dict[str, Any] | None = None,
         constraints: list[str] | None = None,
         user_attrs: dict[str, Any] | None = None,
+        directions: list[str] | None = None,
     ) -> AsyncStudy:
         """Create a study, or get the existing one with the same definition: an
         :class:`~calibo.AsyncStudy` handle (``pruner`` as in :meth:`Client.create_study`;
@@ -151,6 +152,7 @@ class AsyncClient:
                 pruner=pruner,
                 constraints=constraints,
                 user_attrs=user_attrs,
+                directions=directions,
             ),
         ))
 
@@ -198,7 +200,7 @@ class AsyncClient:
         self,
         study_id: StudyRef,
         trial_id: TrialRef,
-        value: float | None = None,
+        value: float | Sequence[float] | None = None,
         *,
         state: str | None = None,
         constraints: list[float] | None = None,
@@ -262,6 +264,10 @@ class AsyncClient:
     ) -> AsyncStudy:
         """A new study ``name`` with the same definition and every finished trial (server side)."""
         return AsyncStudy(self, await self._run(api.copy_study(study_id, name, user_attrs)))
+
+    async def pareto(self, study_id: StudyRef) -> dict[str, Any]:
+        """A multi-objective study's front: ``{"trials", "hypervolume", "reference_point", "history"}``."""
+        return await self._run(api.pareto(study_id))
 
     async def calibration(self, study_id: StudyRef) -> dict[str, Any]:
         return await self._run(api.calibration(study_id))

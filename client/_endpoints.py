@@ -119,10 +119,17 @@ def create_study(
     pruner: str | dict[str, Any] | None = None,
     constraints: list[str] | None = None,
     user_attrs: dict[str, Any] | None = None,
+    directions: Sequence[str] | None = None,
 ) -> Call[dict[str, Any]]:
     if pruner is not None and not isinstance(pruner, str | dict):
         raise TypeError(f"pruner must be a name or a dict with a 'name', got {pruner!r}")
-    body: dict[str, Any] = {"name": name, "space": space, "direction": direction}
+    if isinstance(directions, str):
+        raise TypeError("directions is a list, one direction per objective, e.g. ['minimize', 'maximize']")
+    body: dict[str, Any] = {"name": name, "space": space}
+    if directions is not None:  # several objectives: the first is the study's direction
+        body["directions"] = list(directions)
+    else:
+        body["direction"] = direction
     optional = {
         "surrogate": surrogate,
         "acquisition": acquisition,
@@ -205,17 +212,20 @@ def _finite(value: Any, what: str) -> float:
 
 
 def tell_body(
-    value: float | None,
+    value: float | Sequence[float] | None,
     state: str | None,
     constraints: Sequence[float] | None = None,
     user_attrs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """A tell's body; ``value`` a list (or tuple) of numbers: a multi-objective study's ``values``."""
     if value is None and state is None:
         raise ValueError("tell needs a value, a state ('failed' or 'pruned'), or both")
     if state is not None and state not in TRIAL_STATES:
         raise ValueError(f"state must be one of {TRIAL_STATES}, got {state!r}")
     body: dict[str, Any] = {}
-    if value is not None:
+    if isinstance(value, list | tuple):
+        body["values"] = [_finite(v, "a value") for v in value]
+    elif value is not None:
         number = float(value)
         if not math.isfinite(number):
             raise ValueError(f"value must be finite, got {number!r}; tell state='failed' instead")
@@ -232,7 +242,7 @@ def tell_body(
 def tell(
     study_id: StudyRef,
     trial_id: TrialRef,
-    value: float | None,
+    value: float | Sequence[float] | None,
     state: str | None,
     constraints: Sequence[float] | None = None,
     user_attrs: dict[str, Any] | None = None,
@@ -327,6 +337,10 @@ def trials(
     if user_attrs:
         params["user_attr"] = [f"{k}:{v}" for k, v in user_attrs.items()]
     return Call("GET", f"{_study(study_id)}/trials", json_object, params=_study_query(study_id, params))
+
+
+def pareto(study_id: StudyRef) -> Call[dict[str, Any]]:
+    return Call("GET", f"{_study(study_id)}/pareto", json_object, params=_study_query(study_id))
 
 
 def calibration(study_id: StudyRef) -> Call[dict[str, Any]]:

@@ -137,12 +137,16 @@ def catchable(exc: BaseException, catch: tuple[type[BaseException], ...]) -> boo
     return isinstance(exc, Exception) and bool(catch) and isinstance(exc, catch)
 
 
-def outcome(result: Any) -> tuple[float | None, str | None]:
+def outcome(result: Any) -> tuple[float | list[float] | None, str | None]:
     """(value, state) to tell for what the objective returned.
 
-    A finite number is the trial's value; NaN or infinity marks it failed (as
-    Optuna does). Anything that is not a number is the caller's bug: TypeError.
+    A finite number is the trial's value; a list or tuple of numbers a multi-objective trial's
+    values. NaN or infinity marks it failed (as Optuna does). Anything that is not a number is the
+    caller's bug: TypeError.
     """
+    if isinstance(result, list | tuple):
+        values = [outcome(v)[0] for v in result]
+        return (None, "failed") if any(v is None for v in values) else (values, None)
     if isinstance(result, bool):
         raise TypeError("the objective returned a bool; it must return a number")
     try:

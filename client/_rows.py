@@ -1,12 +1,13 @@
 """Trials made elsewhere, read for ``add_trials``: dicts, a CSV file or a JSON-lines file (no pandas).
 
-Every row becomes the wire's added trial, ``{"params", "value" | "state": "failed", "constraints",
-"user_attrs"}``:
+Every row becomes the wire's added trial, ``{"params", "value" | "values" | "state": "failed",
+"constraints", "user_attrs"}``:
 
 * a dict already in that shape is taken as it is; a *flat* dict (``{"lr": 0.01, "depth": 6,
   "value": 0.12}``) is read like a CSV row;
 * a CSV file has a header: one column per parameter (an empty cell: the parameter is inactive),
-  ``value``, optionally ``state`` (``complete`` or ``failed``), ``constraint.<name>`` per study
+  ``value`` (a multi-objective study: ``values.0``, ``values.1``, ... one per objective),
+  optionally ``state`` (``complete`` or ``failed``), ``constraint.<name>`` per study
   constraint and ``user_attrs.<key>`` per attribute. Cells are text: each parameter's is read by
   the study's space (a float, an int, or the choice whose text it is);
 * a ``.jsonl`` / ``.ndjson`` file has one JSON object per line, in either dict form.
@@ -53,6 +54,7 @@ def _row(item: dict[str, Any], space: dict[str, Any], constraints: list[str], te
     out: dict[str, Any] = {"params": {}}
     cons: dict[str, Any] = {}
     attrs: dict[str, Any] = {}
+    objectives: dict[int, float] = {}
     for key, raw in item.items():
         if raw is None or (text and raw == ""):
             continue  # an empty cell: an inactive parameter, or no value
@@ -62,13 +64,21 @@ def _row(item: dict[str, Any], space: dict[str, Any], constraints: list[str], te
             out["value"] = float(raw)
         elif key == "state":
             out["state"] = str(raw)
+        elif key == "values" and not text:  # a multi-objective row's objectives, as a list
+            out["values"] = [float(v) for v in raw]
+        elif key.startswith("values."):  # a CSV's objective columns: values.0, values.1, ...
+            objectives[int(key.split(".", 1)[1])] = float(raw)
         elif key.startswith("constraint."):
             cons[key.split(".", 1)[1]] = float(raw)
         elif key.startswith("user_attrs."):
             attrs[key.split(".", 1)[1]] = raw
         else:
-            raise ValueError(f"column {key!r} is neither a parameter of the study nor value, state, "
-                             "constraint.<name> or user_attrs.<key>")
+            raise ValueError(f"column {key!r} is neither a parameter of the study nor value, values.<i>, "
+                             "state, constraint.<name> or user_attrs.<key>")
+    if objectives:
+        if sorted(objectives) != list(range(len(objectives))):
+            raise ValueError(f"objective columns must be values.0 to values.{len(objectives) - 1}")
+        out["values"] = [objectives[i] for i in range(len(objectives))]
     if cons:
         missing = [c for c in constraints if c not in cons]
         unknown = [c for c in cons if c not in constraints]

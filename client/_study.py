@@ -7,10 +7,10 @@ for an ask, :class:`TrialRecord` for a told or listed trial).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .models import Trial, TrialRecord
+from .models import ParetoFront, Trial, TrialRecord
 
 if TYPE_CHECKING:
     from ._async import AsyncClient
@@ -97,10 +97,11 @@ class Study(_Handle):
         """``count`` new trials at once, chosen together (distinct, kept apart)."""
         return self.client.ask(self.id, count, worker_id, user_attrs=user_attrs)
 
-    def tell(self, trial: TrialLike, value: float | None = None, *, state: str | None = None,
+    def tell(self, trial: TrialLike, value: float | Sequence[float] | None = None, *, state: str | None = None,
              constraints: list[float] | None = None, user_attrs: dict[str, Any] | None = None) -> TrialRecord:
-        """Finish ``trial`` with its ``value`` (and, in a constrained study, its ``constraints``:
-        one value per constraint, feasible when each is <= 0), or ``state="failed"`` / ``"pruned"``."""
+        """Finish ``trial`` with its ``value`` (a multi-objective study: a list, one value per objective;
+        and, in a constrained study, its ``constraints``: one value per constraint, feasible when each
+        is <= 0), or ``state="failed"`` / ``"pruned"``."""
         return self._record(self.client.tell(self.id, _trial_id(trial), value, state=state,
                                              constraints=constraints, user_attrs=user_attrs))
 
@@ -149,7 +150,8 @@ class Study(_Handle):
 
     @property
     def best_trial(self) -> TrialRecord | None:
-        """The best completed trial as the server ranks it now (None before any)."""
+        """The best (feasible) completed trial as the server ranks it now (None before any, and in a
+        multi-objective study: see ``best_trials``)."""
         best = self.refresh().view.get("best_trial")
         return None if best is None else self.trial(int(best["id"]))
 
@@ -165,8 +167,18 @@ class Study(_Handle):
         best = self.refresh().view.get("best_trial")
         return None if best is None else dict(best["params"])
 
+    def pareto(self) -> ParetoFront:
+        """A multi-objective study's front: its non-dominated (feasible) trials and hypervolume."""
+        return ParetoFront.from_wire(self.client.pareto(self.id), self.id)
+
+    @property
+    def best_trials(self) -> list[TrialRecord]:
+        """A multi-objective study's best trials: its Pareto front (Optuna's ``best_trials``)."""
+        return self.pareto().trials
+
     def calibration(self) -> dict[str, Any]:
-        """Prediction at ask against outcome, coverage, breach rate, width and alpha trajectory."""
+        """Prediction at ask against outcome, coverage, breach rate, width and alpha trajectory
+        (per objective under ``objectives`` in a multi-objective study)."""
         return self.client.calibration(self.id)
 
     def delete(self) -> None:
@@ -193,7 +205,8 @@ class AsyncStudy(_Handle):
                         user_attrs: dict[str, Any] | None = None) -> list[Trial]:
         return await self.client.ask(self.id, count, worker_id, user_attrs=user_attrs)
 
-    async def tell(self, trial: TrialLike, value: float | None = None, *, state: str | None = None,
+    async def tell(self, trial: TrialLike, value: float | Sequence[float] | None = None, *,
+                   state: str | None = None,
                    constraints: list[float] | None = None, user_attrs: dict[str, Any] | None = None) -> TrialRecord:
         return self._record(await self.client.tell(self.id, _trial_id(trial), value, state=state,
                                                    constraints=constraints, user_attrs=user_attrs))
@@ -244,6 +257,12 @@ class AsyncStudy(_Handle):
     async def best_params(self) -> dict[str, Any] | None:
         best = (await self.refresh()).view.get("best_trial")
         return None if best is None else dict(best["params"])
+
+    async def pareto(self) -> ParetoFront:
+        return ParetoFront.from_wire(await self.client.pareto(self.id), self.id)
+
+    async def best_trials(self) -> list[TrialRecord]:
+        return (await self.pareto()).trials
 
     async def calibration(self) -> dict[str, Any]:
         return await self.client.calibration(self.id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -126,6 +126,7 @@ class Client:
         pruner: str | dict[str, Any] | None = None,
         constraints: list[str] | None = None,
         user_attrs: dict[str, Any] | None = None,
+        directions: list[str] | None = None,
     ) -> Study:
         """Create a study, or get the existing one with the same definition; a :class:`~calibo.Study`
         handle on it (its server view is ``study.view``).
@@ -148,6 +149,7 @@ class Client:
                 pruner=pruner,
                 constraints=constraints,
                 user_attrs=user_attrs,
+                directions=directions,
             ),
         ))
 
@@ -203,13 +205,14 @@ class Client:
         self,
         study_id: StudyRef,
         trial_id: TrialRef,
-        value: float | None = None,
+        value: float | Sequence[float] | None = None,
         *,
         state: str | None = None,
         constraints: list[float] | None = None,
         user_attrs: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Finish a trial with its ``value``, or ``state="failed"`` / ``"pruned"``.
+        """Finish a trial with its ``value`` (a multi-objective study: a list, one value per
+        objective), or ``state="failed"`` / ``"pruned"``.
 
         Telling the same thing twice is harmless; telling something different for a
         finished trial raises :class:`~calibo.Conflict`.
@@ -279,6 +282,10 @@ class Client:
     ) -> Study:
         """A new study ``name`` with the same definition and every finished trial (server side)."""
         return Study(self, self._run(api.copy_study(study_id, name, user_attrs)))
+
+    def pareto(self, study_id: StudyRef) -> dict[str, Any]:
+        """A multi-objective study's front: ``{"trials", "hypervolume", "reference_point", "history"}``."""
+        return self._run(api.pareto(study_id))
 
     def calibration(self, study_id: StudyRef) -> dict[str, Any]:
         """Per-trial prediction against outcome, coverage, breach rate, width and alpha trajectory."""

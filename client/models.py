@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["Trial", "TrialRecord"]
+__all__ = ["ParetoFront", "Trial", "TrialRecord"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,4 +103,26 @@ class TrialRecord:
             asked_at=_time(data.get("asked_at")),
             finished_at=_time(data.get("finished_at")),
             raw=dict(data),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ParetoFront:
+    """A multi-objective study's front: its non-dominated (feasible) completed trials, the
+    hypervolume they dominate up to ``reference_point`` (in the objectives' units), and the
+    hypervolume after each completed trial, ``history``: ``(completed trials, hypervolume)`` pairs."""
+
+    trials: list[TrialRecord]
+    hypervolume: float
+    reference_point: list[float] | None
+    history: list[tuple[int, float]]
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any], study_id: int) -> ParetoFront:
+        ref = data.get("reference_point")
+        return cls(
+            trials=[TrialRecord.from_wire(t, study_id) for t in data.get("trials") or []],
+            hypervolume=float(data.get("hypervolume") or 0.0),
+            reference_point=[float(v) for v in ref] if isinstance(ref, list) else None,
+            history=[(int(h["trials"]), float(h["hypervolume"])) for h in data.get("history") or []],
         )

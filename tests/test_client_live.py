@@ -127,3 +127,36 @@ def test_async_handle_enqueue_and_names(live_server: LiveServer) -> None:
             assert (await study.best_value()) == min(rec.value, 30.0)
 
     asyncio.run(main())
+
+
+def test_multi_objective_study_through_the_client(live_server: LiveServer, tmp_path) -> None:
+    def two(p: dict) -> list[float]:
+        return [branin(p), (p["x1"] - 2.0) ** 2 + (p["x2"] - 3.0) ** 2]
+
+    with Client(live_server.url) as c:
+        study = c.create_study(unique(), BRANIN, directions=["minimize", "minimize"], settings=FAST)
+        assert study.directions == ["minimize", "minimize"]
+        t = study.ask()
+        done = study.tell(t, two(t.params))
+        assert done.values == two(t.params) and done.value is None
+        with pytest.raises(InvalidRequest) as e:
+            study.tell(study.ask(), 1.0)
+        assert e.value.field == "value"
+        csv_file = tmp_path / "mo.csv"
+        csv_file.write_text("x1,x2,values.0,values.1\n1.5,2.5,4.2,0.5\n-3,12,20.5,106\n")
+        added = study.add_trials(csv_file)
+        assert [a.values for a in added] == [[4.2, 0.5], [20.5, 106.0]]
+        study.optimize(two, n_trials=8, n_workers=2)
+        front = study.pareto()
+        assert front.trials and front.hypervolume > 0 and len(front.reference_point) == 2
+        assert front.history[-1][0] == study.refresh().view["trials"]["complete"]
+        assert {x.id for x in study.best_trials} == {x.id for x in front.trials}
+        assert study.best_trial is None  # several objectives: the front is the best
+    async def run() -> None:
+        async with AsyncClient(live_server.url) as ac:
+            s = await ac.create_study(unique(), BRANIN, directions=["minimize", "maximize"], settings=FAST)
+            t = await s.ask()
+            await s.tell(t, [1.0, 2.0])
+            assert [x.values for x in (await s.pareto()).trials] == [[1.0, 2.0]]
+
+    asyncio.run(run())

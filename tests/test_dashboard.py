@@ -33,7 +33,7 @@ OFFSET = {"rbf": 0.0, "matern": 2.0, "linear": 5.0}
 WRITE, READ = "w-token", "r-token"
 
 # every plot rendered with data: points counted, and a canvas drawn
-ALL_DRAWN = """() => [...document.querySelectorAll('[data-plot]')].every(
+ALL_DRAWN = """() => [...document.querySelectorAll('[data-plot]:not([hidden])')].every(
     f => Number(f.dataset.points) > 0 && f.querySelector('canvas:not([hidden])'))"""
 
 
@@ -161,7 +161,7 @@ def page(browser) -> Iterator:
 
 
 def points(pg) -> dict[str, int]:
-    return pg.eval_on_selector_all("[data-plot]", "els => Object.fromEntries(els.map("
+    return pg.eval_on_selector_all("[data-plot]:not([hidden])", "els => Object.fromEntries(els.map("
                                    "e => [e.dataset.plot, Number(e.dataset.points)]))")
 
 
@@ -289,4 +289,39 @@ def test_dashboard_marks_enqueued_added_and_infeasible_trials(open_server: LiveS
         assert "added / copied" in legend and "enqueued" in legend and "best feasible so far" in legend
         if feasible < 10:
             assert "infeasible" in legend
+    assert not page.errors, page.errors
+
+
+def test_dashboard_shows_a_multi_objective_study(open_server: LiveServer, page) -> None:
+    """The front (scatter with the non-dominated trials), the hypervolume over trials and each
+    objective's coverage, in place of the best-so-far plot."""
+    with open_server.client() as c:
+        r = c.post("/v1/studies", json={"name": "dashboard-two-objectives", "space": SPACE,
+                                        "directions": ["minimize", "maximize"],
+                                        "settings": {"n_warmup": 5, "conformalize_from": 8}})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+        for _ in range(14):
+            t = ask(c, sid)
+            v = [objective(t["params"]), t["params"]["x1"] + t["params"]["x2"]]
+            assert c.post(f"/v1/studies/{sid}/trials/{t['id']}/tell", json={"values": v}).status_code == 200
+        front = c.get(f"/v1/studies/{sid}/pareto").json()
+        cal = c.get(f"/v1/studies/{sid}/calibration").json()
+        assert cal["n"] > 0
+
+        page.goto(f"{open_server.url}/dashboard?poll=0.3")
+        page.wait_for_selector(f'#study-table tr[data-study-id="{sid}"]')
+        assert page.text_content(f'#study-table tr[data-study-id="{sid}"] td.best') == "2 objectives"
+        page.click(f'#study-table tr[data-study-id="{sid}"] td:nth-child(3)')
+        page.wait_for_function("""() => ['pareto', 'hypervolume', 'objectives', 'params'].every(n =>
+            Number(document.querySelector(`[data-plot="${n}"]`).dataset.points) > 0)""")
+        assert page.is_hidden('[data-plot="best"]')
+        shown = points(page)
+        assert shown["pareto"] == 14 and shown["hypervolume"] == len(front["history"])
+        assert shown["objectives"] == cal["n"] and shown["params"] == 14
+        assert page.get_attribute('[data-plot="pareto"]', "data-front") == str(len(front["trials"]))
+        assert page.get_attribute('[data-fact="pareto"]', "data-size") == str(len(front["trials"]))
+        assert "objective 1 (maximize)" in page.text_content('[data-plot="objectives"]')
+        page.wait_for_timeout(300)  # let the last poll's redraw land
+        page.locator("#study").screenshot(path=str(SCREENSHOT.with_name("dashboard_pareto.png")))
     assert not page.errors, page.errors

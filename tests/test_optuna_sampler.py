@@ -13,7 +13,11 @@ import numpy as np
 import pytest
 
 optuna = pytest.importorskip("optuna")
-from optuna.testing.pytest_samplers import BasicSamplerTestCase, RelativeSamplerTestCase  # noqa: E402
+from optuna.testing.pytest_samplers import (  # noqa: E402
+    BasicSamplerTestCase,
+    MultiObjectiveSamplerTestCase,
+    RelativeSamplerTestCase,
+)
 from optuna.trial import TrialState  # noqa: E402
 
 from calibo.optuna import CaliboSampler  # noqa: E402
@@ -21,13 +25,13 @@ from calibo.optuna import CaliboSampler  # noqa: E402
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-class TestDefault(BasicSamplerTestCase, RelativeSamplerTestCase):
+class TestDefault(BasicSamplerTestCase, RelativeSamplerTestCase, MultiObjectiveSamplerTestCase):
     @pytest.fixture
     def sampler(self):
         return lambda: CaliboSampler(seed=0)
 
 
-class TestFittedEarly(BasicSamplerTestCase, RelativeSamplerTestCase):
+class TestFittedEarly(BasicSamplerTestCase, RelativeSamplerTestCase, MultiObjectiveSamplerTestCase):
     @pytest.fixture
     def sampler(self):
         return lambda: CaliboSampler(seed=1, n_startup_trials=4)
@@ -87,7 +91,7 @@ def test_calibration_state_replays_what_was_told() -> None:
     study = optuna.create_study(sampler=sampler)
     study.enqueue_trial({"x": 9.0, "y": 1.0})  # not chosen on a prediction: must not adapt
     study.optimize(branin, n_trials=30)
-    (key, (numbers, states, _)), = sampler._adapted.items()
+    (key, (numbers, states, _, _)), = sampler._adapted.items()
     complete = [t.number for t in study.trials if t.state == TrialState.COMPLETE]
     assert numbers == complete[:-1]  # the last ask saw every trial but its own
     conformal = [t.number for t in study.trials
@@ -143,10 +147,37 @@ def test_parallel_jobs_on_rdb_storage(tmp_path) -> None:
     assert len(again.trials) == 28 and again.best_value <= study.best_value
 
 
-def test_multi_objective_is_refused() -> None:
-    study = optuna.create_study(directions=["minimize", "minimize"], sampler=CaliboSampler(seed=0))
-    with pytest.raises(ValueError, match="single-objective"):
-        study.optimize(lambda t: (t.suggest_float("x", 0, 1), 1.0), n_trials=1, catch=())
+def test_multi_objective_studies_model_each_objective() -> None:
+    """Two objectives: the engine's EHVI on one calibrated surrogate per objective; its front beats
+    the quasi-random design's, and each objective's prediction and calibration state are replayed."""
+    from calibo.optuna._sampler import _get
+
+    def two(trial) -> tuple[float, float]:
+        x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
+        g = 1 + 9 * y
+        return x, g * (1 - math.sqrt(x / g))
+
+    def hv(study) -> float:
+        import moocore
+
+        Y = np.array([t.values for t in study.best_trials])
+        return float(moocore.hypervolume(Y, ref=[1.1, 11.0]))
+
+    ours = optuna.create_study(directions=["minimize", "minimize"], sampler=CaliboSampler(seed=0, n_startup_trials=8))
+    ours.optimize(two, n_trials=30)
+    sobol = optuna.create_study(directions=["minimize", "minimize"], sampler=CaliboSampler(seed=0, n_startup_trials=1000))
+    sobol.optimize(two, n_trials=30)
+    assert hv(ours) > hv(sobol)
+    pred = _get(ours.trials[-1], "prediction")["prediction"]
+    assert pred["acquisition"] == "ehvi" and len(pred["objectives"]) == 2
+    three = optuna.create_study(directions=["minimize", "maximize", "minimize"],
+                                sampler=CaliboSampler(seed=0, n_startup_trials=5))
+    three.optimize(lambda t: (t.suggest_float("x", 0, 1), t.suggest_float("y", 0, 1), t.params["x"] * t.params["y"]),
+                   n_trials=8)
+    assert _get(three.trials[-1], "prediction")["prediction"]["acquisition"] == "parego"
+    with pytest.raises(ValueError, match="reference_point"):
+        optuna.create_study(directions=["minimize"] * 3, sampler=CaliboSampler(
+            settings={"reference_point": [1.0, 1.0]})).optimize(two, n_trials=1, catch=())
 
 
 def test_engine_settings_are_checked() -> None:
@@ -178,5 +209,5 @@ def test_constraints_told_with_set_constraint_are_modelled() -> None:
     late = [t for t in study.trials[8:]]
     assert sum(t.constraints["budget"] <= 0 for t in late) / len(late) > 0.6
     assert min(t.value for t in feasible) < 1.0
-    (_, (_, _, heads)), = sampler._adapted.items()
+    (_, (_, _, _, heads)), = sampler._adapted.items()
     assert len(heads) == 1 and heads[0][0].steps > 0  # the constraint's own calibration state moved

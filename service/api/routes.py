@@ -80,7 +80,7 @@ AUTH_DOC = Security(bearer)
 def create_study(body: S.StudyCreate, response: Response, svc: Svc) -> dict[str, Any]:
     info, created = svc.create(body.name, body.plain_space(), body.direction, body.surrogate, body.acquisition,
                                body.seed, body.plain_settings(), body.plain_pruner(), body.constraints,
-                               body.user_attrs)
+                               body.user_attrs, body.directions)
     if not created:
         response.status_code = 200
     return svc.view(info)
@@ -118,6 +118,15 @@ def delete_study(study: StudyRef, svc: Svc, by: By = None) -> Response:
 def copy_study(study: StudyRef, body: S.CopyRequest, svc: Svc, by: By = None) -> dict[str, Any]:
     info, _ = svc.copy(_resolve(svc, study, by), body.name, body.user_attrs)
     return svc.view(info)
+
+
+@router.get("/studies/{study}/pareto", response_model=S.ParetoView, tags=["studies"],
+            summary="A multi-objective study's Pareto front and hypervolume",
+            description="The non-dominated completed trials (feasible ones only, when the study has constraints), "
+            "the hypervolume they dominate up to the reference point, and the hypervolume after each completed "
+            "trial. 409 `not_multi_objective` for a study with one objective.")
+def get_pareto(study: StudyRef, svc: Svc, by: By = None) -> dict[str, Any]:
+    return svc.pareto(_resolve(svc, study, by))
 
 
 @router.post("/studies/{study}/enqueue", status_code=201, response_model=S.EnqueuedTrial, tags=["trials"],
@@ -171,7 +180,8 @@ async def ask(
              "changes nothing; a different one answers 409.")
 async def tell(study: StudyRef, trial_id: TrialId, body: S.TellRequest, svc: Svc, by: By = None) -> Response:
     sid = await _aresolve(svc, study, by)
-    view, _ = await svc.tell(sid, trial_id, body.value, body.state, body.constraints, body.user_attrs)
+    view, _ = await svc.tell(sid, trial_id, body.value, body.state, body.constraints, body.user_attrs,
+                             body.values)
     return fast_json(view)
 
 

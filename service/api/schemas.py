@@ -39,7 +39,7 @@ from calibo.engine.limits import (
     SURROGATE_OPTIONS,
     bad_text,
 )
-from calibo.engine.optimizer import CONFORMAL_MODES, MAX_CONSTRAINTS
+from calibo.engine.optimizer import CONFORMAL_MODES, MAX_CONSTRAINTS, MAX_OBJECTIVES
 from calibo.engine.pruning import PRUNERS
 from calibo.engine.shift import SHIFT_MODES
 from calibo.engine.surrogates import SURROGATES
@@ -211,6 +211,13 @@ StudySettings = create_model(
     ucb_pair=_bounded("ucb_pair", JsonInt, 0, int(SETTING_RANGES["n_levels"][1]) // 2 - 1,
                       what="interval pair UCB reads (0: the widest); below n_levels / 2"),
     surrogate_options=(SurrogateOptions | None, None),
+    multi_acquisition=(Literal["auto", "ehvi", "parego"] | None, Field(
+        None, description="a multi-objective study's acquisition: auto (default: ehvi for 2 objectives, parego "
+        "for 3-4), ehvi (expected hypervolume improvement, 2 objectives) or parego (random Chebyshev "
+        "scalarisations)")),
+    reference_point=(Annotated[list[Real], Field(min_length=2, max_length=MAX_OBJECTIVES)] | None, Field(
+        None, description="a multi-objective study's hypervolume reference point, one value per objective in its "
+        "own units (default: each objective's worst observed value plus a tenth of its observed range)")),
     **{name: _bounded(name, JsonInt if name in INT_SETTINGS else Real, lo, hi, *OPEN_RANGES.get(name, (False, False)))
        for name, (lo, hi) in SETTING_RANGES.items()},
     ask_wait_seconds=_bounded("ask_wait_seconds", Real, *SERVICE_SETTINGS["ask_wait_seconds"],
@@ -262,6 +269,10 @@ class StudyCreate(_Request):
         examples=[BRANIN_SPACE],
     )
     direction: Direction = "minimize"
+    directions: Annotated[list[Direction], Field(min_length=2, max_length=MAX_OBJECTIVES)] | None = Field(
+        None, description=f"several objectives (2 to {MAX_OBJECTIVES}), instead of direction: every completed "
+        "trial is told `values`, one per objective, and the study's best trials are its Pareto front",
+        examples=[["minimize", "minimize"]])
     surrogate: Literal[tuple(SURROGATES)] | None = Field(None, description="qgp (default), qgbm, qrf, ql, qe")  # type: ignore[valid-type]
     acquisition: Literal[ACQUISITIONS] | None = Field(
         None, description="logei (default: log expected improvement on the calibrated distribution), ei, pi, "
@@ -332,6 +343,18 @@ class AdaptiveSummary(BaseModel):
     adapter: str
     pairs: list[AdaptivePair]
     constraints: list[list[AdaptivePair]] = Field([], description="each constraint's interval pairs")
+    objectives: list[list[AdaptivePair]] = Field(
+        [], description="a multi-objective study: the interval pairs of each objective after the first (the "
+        "first objective's are `pairs`)")
+
+
+class ParetoSummary(BaseModel):
+    """A multi-objective study's front, in short (GET .../pareto has its trials)."""
+
+    size: int = Field(description="non-dominated feasible completed trials")
+    hypervolume: float = Field(description="the hypervolume they dominate up to reference_point")
+    reference_point: list[float] | None = Field(description="the study's, or each objective's worst observed "
+                                                "value plus a tenth of its observed range; null before any trial")
 
 
 class StudyView(BaseModel):
@@ -339,6 +362,7 @@ class StudyView(BaseModel):
     name: str
     space: dict[str, Any]
     direction: Direction
+    directions: list[Direction] | None = Field(None, description="a multi-objective study's directions")
     seed: int
     surrogate: str
     acquisition: str
@@ -348,7 +372,9 @@ class StudyView(BaseModel):
     settings: dict[str, Any]
     created_at: datetime
     trials: TrialCounts
-    best_trial: BestTrial | None
+    best_trial: BestTrial | None = Field(description="the best feasible completed trial; null in a "
+                                         "multi-objective study, whose best trials are its front (pareto)")
+    pareto: ParetoSummary | None = Field(None, description="a multi-objective study's front")
     surrogate_status: SurrogateStatus
     adaptive: AdaptiveSummary
 
@@ -359,6 +385,7 @@ class StudySummary(BaseModel):
     id: int
     name: str
     direction: Direction
+    directions: list[Direction] | None = None
     seed: int
     surrogate: str
     acquisition: str
@@ -404,8 +431,13 @@ class AskResponse(BaseModel):
     trials: list[AskedTrial]
 
 
+Objectives = Annotated[list[Real], Field(min_length=2, max_length=MAX_OBJECTIVES)]
+
+
 class TellRequest(_Request):
     value: Real | None = Field(None, examples=[0.3979])
+    values: Objectives | None = Field(None, description="a multi-objective study's objectives, one per "
+                                      "direction (instead of value)")
     state: Literal["complete", "failed", "pruned"] | None = Field(
         None, description="default complete (needs value); failed or pruned"
     )
@@ -438,6 +470,7 @@ MAX_ADDED = 1000
 class AddedTrial(_Request):
     params: dict[ParamName, Choice] = Field(max_length=MAX_PARAMS, description="exactly the active parameters")
     value: Real | None = Field(None, description="the objective (a completed trial)")
+    values: Objectives | None = Field(None, description="a multi-objective study's objectives (instead of value)")
     state: Literal["complete", "failed"] | None = Field(None, description="complete (default, needs value) or "
                                                         "failed (no value)")
     constraints: Values | None = Field(None, description="one value per study constraint (a completed trial "
@@ -501,6 +534,25 @@ class TrialView(BaseModel):
 
 class TrialList(BaseModel):
     trials: list[TrialView]
+
+
+class HypervolumePoint(BaseModel):
+    trials: int = Field(description="completed trials so far")
+    hypervolume: float
+
+
+class ParetoView(BaseModel):
+    """A multi-objective study's Pareto front: its non-dominated (feasible) completed trials."""
+
+    study_id: int
+    directions: list[Direction]
+    trials: list[TrialView] = Field(description="the front, by trial number")
+    hypervolume: float = Field(description="the front's hypervolume up to reference_point")
+    reference_point: list[float] | None = Field(description="the study's (settings.reference_point), or each "
+                                                "objective's worst observed value plus a tenth of its observed "
+                                                "range (null before any completed trial)")
+    history: list[HypervolumePoint] = Field(description="the hypervolume after each completed trial, against "
+                                            "this reference point (at most 200 points, evenly spread)")
 
 
 class TrialPage(BaseModel):

@@ -56,7 +56,8 @@ from optuna.trial import FrozenTrial, TrialState
 from calibo.engine import EngineConfig, SearchSpace, adapt, fit, initial_states, select
 from calibo.engine.errors import FieldError
 from calibo.engine.limits import MAX_FEATURES, MAX_PARAMS
-from calibo.engine.optimizer import adapt_constraints
+from calibo.engine.multi import resolve as resolve_multi
+from calibo.engine.optimizer import adapt_constraints, check_directions
 
 __all__ = ["CaliboSampler"]
 
@@ -155,8 +156,9 @@ def _pack(prediction: dict[str, Any]) -> dict[str, Any]:
         a = np.ascontiguousarray(points, dtype="<f8")
         out["points_b64"] = base64.b64encode(a.tobytes()).decode()
         out["points_shape"] = list(a.shape)
-    if out.get("constraints"):
-        out["constraints"] = [_pack(c) for c in out["constraints"]]
+    for key in ("objectives", "constraints"):
+        if out.get(key):
+            out[key] = [_pack(c) for c in out[key]]
     return out
 
 
@@ -166,8 +168,9 @@ def _unpack(stored: dict[str, Any]) -> dict[str, Any]:
     shape = out.pop("points_shape", None)
     if data is not None:
         out["points"] = np.frombuffer(base64.b64decode(data), dtype="<f8").reshape(shape)
-    if out.get("constraints"):
-        out["constraints"] = [_unpack(c) for c in out["constraints"]]
+    for key in ("objectives", "constraints"):
+        if out.get(key):
+            out[key] = [_unpack(c) for c in out[key]]
     return out
 
 
@@ -205,7 +208,10 @@ class CaliboSampler(BaseSampler):
         warn_independent_sampling: log a warning when a parameter of a trial after the
             first is sampled independently.
 
-    Single-objective studies only: a multi-objective study raises ``ValueError``.
+    A multi-objective study (``optuna.create_study(directions=[...])``, 2 to 4 objectives) gets
+    one calibrated surrogate per objective and the engine's multi-objective acquisition (EHVI for
+    two objectives, ParEGO for three or four; ``settings={"multi_acquisition": ...,
+    "reference_point": [...]}``).
     """
 
     def __init__(
@@ -235,7 +241,7 @@ class CaliboSampler(BaseSampler):
         self._independent.reseed_rng()
 
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        self._single_objective(study)
+        self._directions(study)
         space = {n: d for n, d in self._intersection.calculate(study).items() if not d.single()}
         if not space:
             return {}
@@ -248,7 +254,6 @@ class CaliboSampler(BaseSampler):
 
     def sample_relative(self, study: Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        self._single_objective(study)
         if not search_space:
             return {}
         # One sample at a time per sampler: a thread reads the trials after the others stored their
@@ -260,6 +265,8 @@ class CaliboSampler(BaseSampler):
                          search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         enc = _Encoding(search_space)
         sig = _signature(search_space)
+        directions = self._directions(study)
+        direction, multi = directions[0], len(directions) > 1
         trials = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING,
                                                            TrialState.FAIL, TrialState.PRUNED),
                                    use_cache=False)
@@ -276,17 +283,16 @@ class CaliboSampler(BaseSampler):
             if p is None:
                 continue
             seen.append(p)
-            if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value):
-                observations.append((p, float(t.value)))
+            if t.state == TrialState.COMPLETE and t.values is not None and all(map(math.isfinite, t.values)):
+                observations.append((p, [float(v) for v in t.values] if multi else float(t.values[0])))
                 complete.append(t)
-        direction = "minimize" if study.direction == StudyDirection.MINIMIZE else "maximize"
         cfg = self.config
         keys = _constraint_keys(complete)
         cons = [[float(t.constraints[k]) for k in keys] for t in complete] if keys else None
         snap = None
         if len(observations) >= max(cfg.n_warmup, 4):
-            snap = self._snapshot((study._study_id, sig), enc.space, observations, pending, direction, cons)
-        states, heads = self._states((study._study_id, sig), enc, complete, keys)
+            snap = self._snapshot((study._study_id, sig), enc.space, observations, pending, directions, cons)
+        states, heads = self._states((study._study_id, sig), enc, complete, keys, len(directions))
         out = select(snap, states, enc.space, cfg, count=1, direction=direction, seed=self._seed,
                      asked=trial.number, exclude=seen, pending=pending, n_observed=len(observations),
                      head_states=heads if snap is not None and snap.heads else ())
@@ -303,7 +309,6 @@ class CaliboSampler(BaseSampler):
 
     def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
-        self._single_objective(study)
         if self._warn and trial.number > 0 and not param_distribution.single():
             complete = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True)
             if complete:
@@ -320,38 +325,46 @@ class CaliboSampler(BaseSampler):
         self._independent.after_trial(study, trial, state, values)
 
     # ------------------------------------------------------------ internals
-    @staticmethod
-    def _single_objective(study: Study) -> None:
-        if study._is_multi_objective():
-            raise ValueError("CaliboSampler supports single-objective studies only")
+    def _directions(self, study: Study) -> list[str]:
+        """The study's directions; a multi-objective study's count is checked against the settings."""
+        out = ["minimize" if d == StudyDirection.MINIMIZE else "maximize" for d in study.directions]
+        if len(out) > 1:
+            check_directions(out)  # 2 to 4 objectives
+            if self.config.reference_point is not None and len(self.config.reference_point) != len(out):
+                raise ValueError(f"settings reference_point has {len(self.config.reference_point)} values; "
+                                 f"the study has {len(out)} objectives")
+            resolve_multi(self.config.multi_acquisition, len(out))
+        return out
 
     def _snapshot(self, key: tuple[int, str], space: SearchSpace, observations: list, pending: list,
-                  direction: str, constraints: list[list[float]] | None = None) -> Any:
+                  directions: list[str], constraints: list[list[float]] | None = None) -> Any:
         """The engine's fit on ``observations``, reused while they do not change."""
-        observed = (tuple((json.dumps(p, sort_keys=True), v) for p, v in observations),
+        observed = (tuple((json.dumps(p, sort_keys=True), json.dumps(v)) for p, v in observations),
                     json.dumps(constraints))
         cached = self._fits.get(key)
         if cached is not None and cached[0] == observed:
             return cached[1]
-        snap = fit(observations, space, self.config, direction, self._seed, pending=pending,
-                   constraints=constraints)
+        snap = fit(observations, space, self.config, directions[0], self._seed, pending=pending,
+                   constraints=constraints, directions=directions if len(directions) > 1 else None)
         self._fits[key] = (observed, snap)
         return snap
 
     def _states(self, key: tuple[int, str], enc: _Encoding, complete: list[FrozenTrial],
-                constraint_keys: list[str] | None = None) -> tuple[list, list]:
-        """ACI/DtACI states (the objective's, and each constraint's): ``adapt`` replayed over the completed
-        trials in the order they finished.
+                constraint_keys: list[str] | None = None, m: int = 1) -> tuple[list, list]:
+        """ACI/DtACI states (the first objective's; then each further objective's and each
+        constraint's, the snapshot heads' order): ``adapt`` replayed over the completed trials in the
+        order they finished.
 
         Only trials told with the configuration this sampler suggested for them adapt: an enqueued
         or partly fixed trial was not chosen on the stored prediction."""
         order = sorted(complete, key=lambda t: (t.datetime_complete is None, t.datetime_complete, t.number))
         numbers = [t.number for t in order]
         n_cons = len(constraint_keys or ())
-        cache_key = (*key, tuple(constraint_keys or ()))
-        done, states, heads = self._adapted.get(cache_key, ([], None, None))
+        cache_key = (*key, tuple(constraint_keys or ()), m)
+        done, states, objectives, heads = self._adapted.get(cache_key, ([], None, None, None))
         if states is None or numbers[:len(done)] != done:
             done, states = [], initial_states(self.config, self._seed)
+            objectives = [initial_states(self.config, self._seed + 101 + j) for j in range(1, m)]
             heads = [initial_states(self.config, self._seed + 1 + j) for j in range(n_cons)]
         space = enc.space
         for t in order[len(done):]:
@@ -366,8 +379,13 @@ class CaliboSampler(BaseSampler):
                 same = False
             if same:
                 pred = _unpack(stored["prediction"])
-                states, _ = adapt(states, pred, float(t.value))
+                if m > 1:
+                    every, _ = adapt_constraints([states, *objectives], pred, [float(v) for v in t.values],
+                                                 "objectives")
+                    states, objectives = every[0], every[1:]
+                else:
+                    states, _ = adapt(states, pred, float(t.value))
                 if n_cons and len(pred.get("constraints") or ()) == n_cons:
                     heads, _ = adapt_constraints(heads, pred, [float(t.constraints[k]) for k in constraint_keys])
-        self._adapted[cache_key] = (numbers, states, heads)
-        return list(states), [list(h) for h in heads]
+        self._adapted[cache_key] = (numbers, states, objectives, heads)
+        return list(states), [list(h) for h in objectives + heads]

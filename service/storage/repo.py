@@ -442,6 +442,26 @@ class Storage:
                  .order_by(TrialRow.number))
             return list(s.scalars(q))
 
+    def objective_rows(self, study_id: int) -> list[tuple[int, list[float], list[float] | None]]:
+        """``(trial id, values, constraints)`` of a multi-objective study's completed trials, in the
+        order they completed."""
+        with self._read() as s:
+            if s.get(StudyRow, study_id) is None:
+                raise NotFound(f"study {study_id} not found", field="study")
+            q = (select(TrialRow.id, TrialRow.values, TrialRow.constraints)
+                 .where(TrialRow.study_id == study_id, TrialRow.state == "complete", TrialRow.values.is_not(None))
+                 .order_by(TrialRow.finish_seq, TrialRow.id))
+            return [tuple(r) for r in s.execute(q)]
+
+    def trials_by_id(self, study_id: int, ids: Sequence[int]) -> list[TrialRow]:
+        """The study's trials with these ids, by number."""
+        if not ids:
+            return []
+        with self._read() as s:
+            q = (select(TrialRow).where(TrialRow.study_id == study_id, TrialRow.id.in_(list(ids)))
+                 .order_by(TrialRow.number))
+            return list(s.scalars(q))
+
     def study_id(self, name: str) -> int:
         """The id of the study named ``name``; NotFound naming it."""
         with self._read() as s:
@@ -646,15 +666,16 @@ class Storage:
             # pruned trials feed the fit with their last value only when the study's pruner says so
             fed = ("complete", "pruned") if (row[0].get("pruner") or {}).get("feed_pruned") else ("complete",)
             constrained = bool(row[0].get("constraints"))
-            obs = s.execute(select(TrialRow.params, TrialRow.value, TrialRow.constraints)
+            several = bool(row[0].get("directions"))  # a multi-objective study: each value is a list
+            obs = s.execute(select(TrialRow.params, TrialRow.value, TrialRow.constraints, TrialRow.values)
                             .where(TrialRow.study_id == study_id, TrialRow.state.in_(fed),
                                    TrialRow.value.is_not(None))
                             .order_by(TrialRow.number))
             observations, constraints = [], []
-            for p, v, c in obs:
-                if constrained and c is None:  # a pruned trial told without its constraints
+            for p, v, c, vs in obs:
+                if (constrained and c is None) or (several and vs is None):  # a pruned trial told without them
                     continue
-                observations.append((p, float(v)))
+                observations.append((p, [float(x) for x in vs] if several else float(v)))
                 constraints.append([float(x) for x in c or ()])
             running = s.execute(select(TrialRow.params)
                                 .where(TrialRow.study_id == study_id, TrialRow.state == "running")

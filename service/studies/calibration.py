@@ -14,23 +14,28 @@ from .definitions import StudyDef
 
 def calibration_view(sd: StudyDef, info: StudyInfo, rows: list[tuple[int, int, dict[str, Any], dict[str, Any]]],
                      window: int = 20) -> dict[str, Any]:
-    """``rows``: (trial id, number, params, record) of completed trials that had a prediction."""
+    """``rows``: (trial id, number, params, record) of completed trials that had a prediction.
+
+    The top level is the study's objective (a multi-objective study's first); ``objectives`` (several
+    objectives) and ``constraints`` hold each one's own coverage, rolling coverage and alphas."""
     study_id = sd.id
-    trials, records, params = [], [], []
+    trials, records, params, whole = [], [], [], []
     for tid, number, p, rec in rows:
-        if "covered" not in rec:
+        main = rec["objectives"][0] if rec.get("objectives") else rec
+        if "covered" not in main:
             continue
-        records.append(rec)
+        records.append(main)
+        whole.append(rec)
         params.append(p)
         trials.append({
-            "trial_id": tid, "number": number, "method": rec["method"], "value": rec["value"],
-            "mean": rec.get("mean"), "levels": rec.get("levels"), "quantiles": rec.get("quantiles"),
+            "trial_id": tid, "number": number, "method": main["method"], "value": main["value"],
+            "mean": main.get("mean"), "levels": main.get("levels"), "quantiles": main.get("quantiles"),
             "intervals": [{"coverage": c, "alpha": a, "lower": lo, "upper": hi, "covered": cov,
                            "width": w}
-                          for c, a, lo, hi, cov, w in zip(rec["coverage"], rec["alpha"], rec["lower"],
-                                                          rec["upper"], rec["covered"], rec["width"],
+                          for c, a, lo, hi, cov, w in zip(main["coverage"], main["alpha"], main["lower"],
+                                                          main["upper"], main["covered"], main["width"],
                                                           strict=True)],
-            "beta": rec.get("beta"),
+            "beta": main.get("beta"),
         })
     nominal = [round(1.0 - s["target"], 10) for s in info.adaptive]
     out: dict[str, Any] = {
@@ -52,21 +57,34 @@ def calibration_view(sd: StudyDef, info: StudyInfo, rows: list[tuple[int, int, d
     out["summary"] = metrics.summarize(records, features, window=window)
     out["conformal"] = metrics.summarize(records, features, window=window, conformal_only=True)
     out["window"] = window
+    heads = info.head_adaptive or {}
+    if sd.multi:  # each objective's calibration, the first (the top level) among them
+        states = [info.adaptive, *heads.get("objectives", [])]
+        out["objectives"] = [_block(f"objective {j}", direction, whole, "objectives", j, features, window, states)
+                             for j, direction in enumerate(sd.directions)]
     if sd.constraints:  # each constraint's calibration: its own intervals, coverage and alphas
-        out["constraints"] = []
-        for j, name in enumerate(sd.constraints):
-            recs = [r["constraints"][j] for r in records if r.get("constraints")]
-            rows = [i for i, r in enumerate(records) if r.get("constraints")]
-            cov = np.array([r["covered"] for r in recs], dtype=float)
-            out["constraints"].append({
-                "name": name, "n": len(recs),
-                "cumulative_coverage": metrics.cumulative_coverage(cov).tolist() if recs else [],
-                "rolling_coverage": metrics.trailing_coverage(cov, window).tolist() if recs else [],
-                "alpha_trajectory": [r["alpha"] for r in recs],
-                "summary": metrics.summarize(recs, features[rows], window=window) if recs else {"n": 0},
-                "conformal": (metrics.summarize(recs, features[rows], window=window, conformal_only=True)
-                              if recs else {"n": 0}),
-                "current_alpha": [s["alpha"] for s in (info.head_adaptive or {}).get("constraints", [[]])[j]]
-                if info.head_adaptive else [],
-            })
+        out["constraints"] = [_block(name, None, whole, "constraints", j, features, window,
+                                     heads.get("constraints", []))
+                              for j, name in enumerate(sd.constraints)]
+    return out
+
+
+def _block(name: str, direction: str | None, records: list[dict[str, Any]], key: str, j: int,
+           features: np.ndarray, window: int, states: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """The calibration of outcome ``j`` under ``key`` (an objective or a constraint) of ``records``."""
+    rows = [i for i, r in enumerate(records) if r.get(key)]
+    recs = [records[i][key][j] for i in rows]
+    cov = np.array([r["covered"] for r in recs], dtype=float)
+    out = {
+        "name": name, "n": len(recs),
+        "cumulative_coverage": metrics.cumulative_coverage(cov).tolist() if recs else [],
+        "rolling_coverage": metrics.trailing_coverage(cov, window).tolist() if recs else [],
+        "alpha_trajectory": [r["alpha"] for r in recs],
+        "summary": metrics.summarize(recs, features[rows], window=window) if recs else {"n": 0},
+        "conformal": (metrics.summarize(recs, features[rows], window=window, conformal_only=True)
+                      if recs else {"n": 0}),
+        "current_alpha": [s["alpha"] for s in states[j]] if j < len(states) else [],
+    }
+    if direction is not None:
+        out["direction"] = direction
     return out

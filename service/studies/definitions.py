@@ -6,9 +6,9 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from calibo.engine import EngineConfig, SearchSpace
+from calibo.engine import EngineConfig, SearchSpace, multi
 from calibo.engine.errors import FieldError
-from calibo.engine.optimizer import check_constraint_names
+from calibo.engine.optimizer import check_constraint_names, check_directions
 from calibo.engine.pruning import PrunerConfig
 
 from ..errors import InvalidRequest
@@ -29,9 +29,17 @@ class StudyDef:
     heartbeat_timeout_seconds: float | None
     pruner: PrunerConfig = PrunerConfig()
     constraints: tuple[str, ...] = ()  # outcome constraint names: a trial is feasible when each value <= 0
+    directions: tuple[str, ...] = ()  # several objectives (2-4); () for a single-objective study
 
-    def better(self, value: float, best: float | None) -> bool:
-        """Whether ``value`` beats the study's best so far (None: there is none)."""
+    @property
+    def multi(self) -> bool:
+        return len(self.directions) > 1
+
+    def better(self, value: float | None, best: float | None) -> bool:
+        """Whether ``value`` beats the study's best so far (None: there is none). A multi-objective
+        study has no single best: its best trials are its Pareto front."""
+        if self.multi or value is None:
+            return False
         return best is None or (value < best if self.direction == "minimize" else value > best)
 
 
@@ -54,9 +62,16 @@ def check_name(name: str) -> str:
 
 def build_definition(name: str, space: Any, direction: str, surrogate: str | None,
                      acquisition: str | None, seed: int | None, settings: dict[str, Any] | None,
-                     pruner: Any = None, constraints: Any = None) -> dict[str, Any]:
-    """The canonical stored form of a create request; raises InvalidRequest naming the field."""
+                     pruner: Any = None, constraints: Any = None, directions: Any = None) -> dict[str, Any]:
+    """The canonical stored form of a create request; raises InvalidRequest naming the field.
+    ``directions`` (2-4): a multi-objective study, whose ``direction`` is its first objective's."""
     check_name(name)
+    if directions is not None:
+        try:
+            directions = check_directions(directions)
+        except FieldError as e:
+            raise InvalidRequest(e.message, field=e.field) from None
+        direction = directions[0]
     try:
         sp = SearchSpace.from_dict(space)
     except FieldError as e:
@@ -82,10 +97,25 @@ def build_definition(name: str, space: Any, direction: str, surrogate: str | Non
         raise InvalidRequest(e.message, field=e.field if top else f"settings.{e.field}") from None
     except TypeError as e:
         raise InvalidRequest(str(e), field="settings") from None
+    m = len(directions) if directions is not None else 1
+    if m == 1:
+        for key in ("reference_point", "multi_acquisition"):
+            if key in engine:
+                raise InvalidRequest("only for a multi-objective study (directions)", field=f"settings.{key}")
+    else:
+        if config.reference_point is not None and len(config.reference_point) != m:
+            raise InvalidRequest(f"must have one value per objective ({m})", field="settings.reference_point")
+        try:
+            multi.resolve(config.multi_acquisition, m)
+        except ValueError as e:
+            raise InvalidRequest(str(e), field="settings.multi_acquisition") from None
     try:
         prune = PrunerConfig.from_any(pruner)
     except FieldError as e:
         raise InvalidRequest(e.message, field=e.field) from None
+    if m > 1 and prune.name != "none":
+        raise InvalidRequest("pruning compares one objective's learning curves: a multi-objective study "
+                             "cannot have a pruner", field="pruner")
     out = {
         "space": sp.to_dict(),
         "direction": direction,
@@ -95,6 +125,8 @@ def build_definition(name: str, space: Any, direction: str, surrogate: str | Non
     }
     if prune.name != "none" or prune != PrunerConfig():  # studies without one keep their stored form
         out["pruner"] = prune.to_dict()
+    if directions is not None:  # likewise: single-objective studies keep theirs
+        out["directions"] = list(directions)
     if constraints:  # likewise: unconstrained studies keep the stored form they had
         try:
             out["constraints"] = list(check_constraint_names(constraints))

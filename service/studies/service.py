@@ -22,7 +22,7 @@ import numpy as np
 from calibo.engine import EngineConfig, SearchSpace, Snapshot, adapt, initial_states, select
 from calibo.engine.adaptive import state_from_dict, state_to_dict
 from calibo.engine.errors import FieldError
-from calibo.engine.optimizer import adapt_constraints, check_value
+from calibo.engine.optimizer import adapt_constraints, check_value, check_values
 from calibo.engine.pruning import PrunerConfig
 
 from ..batching import GroupCommit
@@ -32,6 +32,7 @@ from ..storage import Storage, StudyInfo, StudyTx, expired, feasible, now
 from ..workers import FitPool
 from .calibration import calibration_view
 from .definitions import StudyDef, build_definition, check_name
+from .pareto import pareto as pareto_of
 from .reports import report
 from .views import (
     asked_view,
@@ -72,10 +73,36 @@ def _same_value(a: float | None, b: float | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and float(a) == float(b))
 
 
-def check_outcome(sd: StudyDef, state: str, value: Any) -> float | None:
-    """A tell's or an added trial's value for ``state``; InvalidRequest naming the field."""
+def check_outcome(sd: StudyDef, state: str, value: Any, values: Any = None) -> tuple[float | None, list[float] | None]:
+    """A tell's or an added trial's ``(value, values)`` for ``state``; InvalidRequest naming the field.
+
+    A multi-objective study's completed trial has ``values`` (one per objective) and no ``value``;
+    its stored ``value`` is the first objective's (what the warm-up and listings count on)."""
     if state not in ("complete", "failed", "pruned"):
         raise InvalidRequest("must be complete, failed or pruned", field="state")
+    if sd.multi:
+        if value is not None:
+            raise InvalidRequest(f"a multi-objective study is told values, one per objective {list(sd.directions)}",
+                                 field="value")
+        if state == "complete" and values is None:
+            raise InvalidRequest("a completed trial needs its values, one per objective "
+                                 f"{list(sd.directions)} (or give state failed/pruned)", field="values")
+        if state != "complete" and values is not None:
+            raise InvalidRequest(f"a {state} trial has no values", field="values")
+        if values is None:
+            return None, None
+        try:
+            vs = check_values(values, len(sd.directions))
+        except FieldError as e:
+            raise InvalidRequest(e.message, field=e.field) from None
+        return vs[0], vs
+    if values is not None:
+        raise InvalidRequest("values are for a multi-objective study (directions); this one is told a value",
+                             field="values")
+    return _check_value(state, value), None
+
+
+def _check_value(state: str, value: Any) -> float | None:
     if state == "complete" and value is None:
         raise InvalidRequest("a completed trial needs a value (or give state failed/pruned)", field="value")
     if state == "failed" and value is not None:
@@ -133,22 +160,26 @@ class StudyService:
     def create(self, name: str, space: Any, direction: str = "minimize", surrogate: str | None = None,
                acquisition: str | None = None, seed: int | None = None,
                settings: dict[str, Any] | None = None, pruner: Any = None, constraints: Any = None,
-               user_attrs: Any = None) -> tuple[StudyInfo, bool]:
+               user_attrs: Any = None, directions: Any = None) -> tuple[StudyInfo, bool]:
         """Create a study, or answer the existing one of the same name and definition (its user
-        attributes updated with ``user_attrs``)."""
+        attributes updated with ``user_attrs``); ``directions``: a multi-objective study."""
         attrs = check_user_attrs(user_attrs)
         definition = build_definition(name, space, direction, surrogate, acquisition, seed, settings, pruner,
-                                      constraints)
+                                      constraints, directions)
         return self._create(name, definition, attrs)
 
     def _create(self, name: str, definition: dict[str, Any], attrs: dict[str, Any] | None) -> tuple[StudyInfo, bool]:
         config = EngineConfig.from_dict(definition["config"])
         seed = definition["seed"]
         adaptive = [state_to_dict(s) for s in initial_states(config, seed)]
-        heads = None
+        heads = {}
         if definition.get("constraints"):
-            heads = {"constraints": [[state_to_dict(s) for s in initial_states(config, seed + 1 + j)]
-                                     for j in range(len(definition["constraints"]))]}
+            heads["constraints"] = [[state_to_dict(s) for s in initial_states(config, seed + 1 + j)]
+                                    for j in range(len(definition["constraints"]))]
+        if definition.get("directions"):  # the first objective's states are the study's own
+            heads["objectives"] = [[state_to_dict(s) for s in initial_states(config, seed + 101 + j)]
+                                   for j in range(1, len(definition["directions"]))]
+        heads = heads or None
         info, created = self.storage.create_study(name, definition, adaptive, heads, attrs)
         if not created and attrs:
             self.storage.set_study_attrs(info.id, attrs)
@@ -181,6 +212,7 @@ class StudyService:
                 heartbeat_timeout_seconds=svc.get("heartbeat_timeout_seconds"),
                 pruner=PrunerConfig.from_dict(raw.get("pruner")),
                 constraints=tuple(raw.get("constraints", ())),
+                directions=tuple(raw.get("directions", ())),
             )
             self._defs[study_id] = d
         return d
@@ -200,7 +232,22 @@ class StudyService:
 
     def view(self, info: StudyInfo) -> dict[str, Any]:
         fit = self.fits.status(info.id) if self.fits is not None else {"fitting": False, "queued": False}
-        return study_view(info, self.settings.ask_wait_seconds, fit)
+        sd = self.study(info.id)
+        front = pareto_of(sd, self.storage.objective_rows(info.id)) if sd.multi else None
+        return study_view(info, self.settings.ask_wait_seconds, fit, front)
+
+    def pareto(self, study_id: int) -> dict[str, Any]:
+        """A multi-objective study's front: its trials, hypervolume, reference point and the
+        hypervolume over trials; Conflict for a single-objective study."""
+        sd = self.study(study_id)
+        if not sd.multi:
+            raise Conflict("the study has one objective: its best trial is in the study view",
+                           field="study", code="not_multi_objective")
+        front = pareto_of(sd, self.storage.objective_rows(study_id), history=True)
+        return {"study_id": study_id, "directions": list(sd.directions),
+                "trials": [trial_view(t) for t in self.storage.trials_by_id(study_id, front["ids"])],
+                "hypervolume": front["hypervolume"], "reference_point": front["reference_point"],
+                "history": front["history"]}
 
     # ------------------------------------------------------------------ ask
     def _snapshot(self, tx_data: Any, study_id: int, version: int) -> Snapshot | None:
@@ -336,7 +383,8 @@ class StudyService:
         if total > len(fixed):
             snap = self._snapshot(tx.snapshot_data, study_id, st.snapshot_version) if st.snapshot_version else None
             states = [state_from_dict(d) for d in st.adaptive]
-            heads = [[state_from_dict(d) for d in hs] for hs in (st.head_adaptive or {}).get("constraints", [])]
+            more = st.head_adaptive or {}  # the snapshot's heads: further objectives first, then constraints
+            heads = [[state_from_dict(d) for d in hs] for key in ("objectives", "constraints") for hs in more.get(key, [])]
             suggestions = select(
                 snap, states, sd.space, sd.config, count=total - len(fixed), direction=sd.direction,
                 seed=sd.seed, asked=st.next_number, pending=[t.params for t in running] + [t.params for t in fixed],
@@ -416,21 +464,23 @@ class StudyService:
     # ----------------------------------------------------------------- tell
     async def tell(self, study_id: int, trial_id: int, value: float | None = None,
                    state: str | None = None, constraints: list[float] | None = None,
-                   user_attrs: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+                   user_attrs: dict[str, Any] | None = None, values: list[float] | None = None,
+                   ) -> tuple[dict[str, Any], bool]:
         """Finish a trial. Returns ``(trial view, changed)``; repeating a tell changes nothing.
 
+        ``values``: a multi-objective study's objectives (instead of ``value``).
         ``constraints``: the trial's constraint values (every constraint of the study, required to
         complete a constrained study's trial); ``user_attrs`` are merged into the trial's.
         Concurrent tells (and asks) on one study commit together: see ``_write_batch``.
         """
         sd = await self._study_async(study_id)
         state = state or "complete"
-        value = check_outcome(sd, state, value)
+        value, values = check_outcome(sd, state, value, values)
         constraints = check_constraints(sd, state, constraints)
         attrs = check_user_attrs(user_attrs)
         with self._active(study_id):
             view, changed, n_complete = await self._writes(
-                study_id, ("tell", (trial_id, value, state, constraints, attrs)))
+                study_id, ("tell", (trial_id, value, state, constraints, attrs, values)))
         if changed and self.metrics is not None:
             self.metrics.told.labels(state).inc()
         feeds = state == "complete" or (state == "pruned" and value is not None and sd.pruner.feed_pruned)
@@ -444,9 +494,9 @@ class StudyService:
         study_id = sd.id
         out: list[Any] = []
         trials = tx.trials([item[0] for item in items])
-        states = heads = None  # loaded at the first completion, adapted tell by tell, stored once
+        states = heads = objectives = None  # loaded at the first completion, adapted tell by tell, stored once
         adapted = False
-        for trial_id, value, state, constraints, attrs in items:
+        for trial_id, value, state, constraints, attrs, values in items:
             trial = trials.get(trial_id)
             if trial is None:
                 out.append(NotFound(f"trial {trial_id} not found in study {study_id}", field="trial_id"))
@@ -463,7 +513,8 @@ class StudyService:
                 continue
             if trial.state != "running" and not late:
                 if trial.state == state and _same_value(trial.value, value) and \
-                        (constraints is None or trial.constraints == constraints):
+                        (constraints is None or trial.constraints == constraints) and \
+                        (values is None or trial.values == values):
                     out.append((trial_view(trial), False))
                     continue
                 told = f"{trial.state}" + (f" with value {trial.value!r}" if trial.value is not None else "")
@@ -477,20 +528,29 @@ class StudyService:
                     states = [state_from_dict(d) for d in tx.study.adaptive]
                     heads = [[state_from_dict(d) for d in hs]
                              for hs in (tx.study.head_adaptive or {}).get("constraints", [])]
-                states, record = adapt(states, pred, value)
+                    objectives = [[state_from_dict(d) for d in hs]
+                                  for hs in (tx.study.head_adaptive or {}).get("objectives", [])]
+                if sd.multi:  # every objective's own states, prediction and value
+                    every, records = adapt_constraints([states, *objectives], pred, values, "objectives")
+                    states, objectives = every[0], every[1:]
+                    record = None if records is None else {"objectives": records}
+                else:
+                    states, record = adapt(states, pred, value)
                 if heads:
                     heads, cons_records = adapt_constraints(heads, pred, constraints)
                     if record is not None and cons_records is not None:
                         record["constraints"] = cons_records
                 adapted = adapted or record is not None
                 better = feasible(constraints) and sd.better(value, tx.study.best_value)
-                tx.finish(trial, "complete", value, record, better, constraints=constraints, user_attrs=attrs)
+                tx.finish(trial, "complete", value, record, better, constraints=constraints, values=values,
+                          user_attrs=attrs)
             else:
                 tx.finish(trial, state, value, constraints=constraints, user_attrs=attrs)
             out.append((trial_view(trial), True))
         if adapted:
-            tx.set_adaptive([state_to_dict(s) for s in states],
-                            {"constraints": [[state_to_dict(s) for s in hs] for hs in heads]} if heads else None)
+            more = {key: [[state_to_dict(s) for s in hs] for hs in group]
+                    for key, group in (("constraints", heads), ("objectives", objectives)) if group}
+            tx.set_adaptive([state_to_dict(s) for s in states], more or None)
         n_complete = tx.study.n_complete
         return [r if isinstance(r, Exception) else (*r, n_complete) for r in out]
 
@@ -546,13 +606,13 @@ class StudyService:
             raise InvalidRequest(e.message, field=f"{where}.params.{e.field}" if e.field != "params"
                                  else f"{where}.params") from None
         try:
-            value = check_outcome(sd, state, trial.get("value"))
+            value, values = check_outcome(sd, state, trial.get("value"), trial.get("values"))
             constraints = check_constraints(sd, state, trial.get("constraints"))
             attrs = check_user_attrs(trial.get("user_attrs"))
         except InvalidRequest as e:
             raise InvalidRequest(e.message, field=f"{where}.{e.field}") from None
         return {"params": params, "ukey": sd.space.key(params).hex(), "state": state, "value": value,
-                "constraints": constraints, "user_attrs": attrs, "origin": trial.get("origin", "added")}
+                "values": values, "constraints": constraints, "user_attrs": attrs, "origin": trial.get("origin", "added")}
 
     def copy(self, study_id: int, name: str, user_attrs: dict[str, Any] | None = None) -> tuple[StudyInfo, int]:
         """A new study named ``name`` with the same definition and every finished trial of this one

@@ -25,18 +25,26 @@ def unpack_points(data: bytes, pairs: int) -> np.ndarray:
     return np.frombuffer(data, dtype="<f8").reshape(2, pairs, -1)
 
 
+NESTED = ("objectives", "constraints")  # a prediction's nested per-outcome predictions, in stored order
+
+
+def _parts(pred: dict[str, Any]) -> list[dict[str, Any]]:
+    """The prediction and each nested one (every objective's after the first, each constraint's)."""
+    return [pred, *(p for key in NESTED for p in pred.get(key) or ())]
+
+
 def split_points(pred: dict[str, Any] | None) -> tuple[dict[str, Any] | None, bytes | None]:
-    """A prediction without its conformal point sets (the objective's and each constraint's), and
-    those sets as one blob; the prediction records each set's length under ``points_n``."""
+    """A prediction without its conformal point sets (its own, and each objective's and constraint's),
+    and those sets as one blob; the prediction records each set's length under ``points_n``."""
     if pred is None:
         return None, None
-    parts = [pred, *pred.get("constraints", ())]
-    arrays = [p.get("points") for p in parts]
+    arrays = [p.get("points") for p in _parts(pred)]
     if all(a is None for a in arrays):
         return pred, None
     out = {k: v for k, v in pred.items() if k != "points"}
-    if pred.get("constraints"):
-        out["constraints"] = [{k: v for k, v in c.items() if k != "points"} for c in pred["constraints"]]
+    for key in NESTED:
+        if pred.get(key):
+            out[key] = [{k: v for k, v in c.items() if k != "points"} for c in pred[key]]
     out["points_n"] = [0 if a is None else int(np.shape(a)[-1]) for a in arrays]
     return out, b"".join(pack_points(a) for a in arrays if a is not None)
 
@@ -47,16 +55,16 @@ def join_points(pred: dict[str, Any] | None, data: bytes | None) -> dict[str, An
         return pred
     sizes = pred.get("points_n") or [len(data) // (8 * 2 * len(pred["intervals"]))]
     out = dict(pred)
-    parts = [out] + ([dict(c) for c in pred["constraints"]] if pred.get("constraints") else [])
+    for key in NESTED:
+        if pred.get(key):
+            out[key] = [dict(c) for c in pred[key]]
     at = 0
-    for part, n in zip(parts, sizes, strict=False):
+    for part, n in zip(_parts(out), sizes, strict=False):
         if n:
             pairs = len(part["intervals"])
             size = 8 * 2 * pairs * n
             part["points"] = unpack_points(data[at : at + size], pairs)
             at += size
-    if len(parts) > 1:
-        out["constraints"] = parts[1:]
     return out
 
 
@@ -68,8 +76,9 @@ def public_prediction(pred: dict[str, Any] | None) -> dict[str, Any] | None:
     if pred is None:
         return None
     out = {k: v for k, v in pred.items() if k not in INTERNAL}
-    if pred.get("constraints"):
-        out["constraints"] = [{k: v for k, v in c.items() if k not in INTERNAL} for c in pred["constraints"]]
+    for key in NESTED:
+        if pred.get(key):
+            out[key] = [{k: v for k, v in c.items() if k not in INTERNAL} for c in pred[key]]
     return out
 
 
@@ -91,7 +100,7 @@ def trial_view(t: TrialRow) -> dict[str, Any]:
         "number": t.number,
         "state": t.state,
         "params": t.params,
-        "value": t.value,
+        "value": t.value if t.values is None else None,  # a multi-objective trial has values only
         "values": t.values,
         "constraints": t.constraints,
         "feasible": None if t.constraints is None else feasible(t.constraints),
@@ -105,8 +114,10 @@ def trial_view(t: TrialRow) -> dict[str, Any]:
     }
 
 
-def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool]) -> dict[str, Any]:
-    """The study view of the wire contract; ``fit`` is the fit pool's status for the study."""
+def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool],
+               pareto: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The study view of the wire contract; ``fit`` is the fit pool's status for the study;
+    ``pareto`` a multi-objective study's front (``studies.pareto``)."""
     d = info.definition
     config = dict(d["config"])
     surrogate, acquisition = config.pop("surrogate"), config.pop("acquisition")
@@ -119,6 +130,7 @@ def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool]) -
         "name": info.name,
         "space": d["space"],
         "direction": d["direction"],
+        "directions": d.get("directions"),
         "seed": d["seed"],
         "surrogate": surrogate,
         "acquisition": acquisition,
@@ -129,6 +141,7 @@ def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool]) -
         "created_at": info.created_at,
         "trials": info.counts,
         "best_trial": info.best_trial,
+        "pareto": None if pareto is None else {k: pareto[k] for k in ("size", "hypervolume", "reference_point")},
         "surrogate_status": {
             "snapshot_version": info.snapshot_version or None,
             "fitted_on": info.snapshot_n_obs,
@@ -144,6 +157,7 @@ def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool]) -
             "adapter": config["adapter"],
             "pairs": _pairs(info.adaptive),
             "constraints": [_pairs(states) for states in (info.head_adaptive or {}).get("constraints", [])],
+            "objectives": [_pairs(states) for states in (info.head_adaptive or {}).get("objectives", [])],
         },
     }
 
@@ -157,7 +171,8 @@ def _pairs(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def study_summary(info: StudyInfo) -> dict[str, Any]:
     """A study as listings show it (no space, settings or adaptive state)."""
     d = info.definition
-    return {"id": info.id, "name": info.name, "direction": d["direction"], "seed": d["seed"],
+    return {"id": info.id, "name": info.name, "direction": d["direction"], "directions": d.get("directions"),
+            "seed": d["seed"],
             "surrogate": d["config"]["surrogate"], "acquisition": d["config"]["acquisition"],
             "constraints": d.get("constraints", []), "user_attrs": info.user_attrs or {},
             "created_at": info.created_at, "trials": info.counts, "best_trial": info.best_trial}

@@ -108,7 +108,8 @@ def fit_study(study_id: int, storage: Storage | None = None, save: bool = True) 
     if n < max(config.n_warmup, 4) or n <= inputs.snapshot_n_obs:
         return {"study_id": study_id, "status": "current", "n_obs": inputs.snapshot_n_obs}
     snap = fit(inputs.observations, SearchSpace.from_dict(d["space"]), config, d["direction"], d["seed"],
-               device=_device, pending=inputs.running, constraints=inputs.constraints)
+               device=_device, pending=inputs.running, constraints=inputs.constraints,
+               directions=d.get("directions"))
     result = {"study_id": study_id, "status": "fitted", "n_obs": n, "fit_seconds": snap.fit_seconds,
               "method": snap.method, "device": snap.meta.get("device", "cpu")}
     if snap.meta.get("device_fallback"):

@@ -292,7 +292,8 @@
         h("td", { class: "num" }, t.running), h("td", { class: "num" }, t.complete),
         h("td", { class: "num" }, t.failed), h("td", { class: "num" }, t.pruned),
         h("td", { class: "num total" }, t.total),
-        h("td", { class: "num best" }, s.best_trial ? fmt(s.best_trial.value) : "—"),
+        h("td", { class: "num best" }, s.directions ? `${s.directions.length} objectives`
+          : s.best_trial ? fmt(s.best_trial.value) : "—"),
         h("td", {}, surrogateCell(v && v.surrogate_status)));
     });
     $("#study-table tbody").replaceChildren(...rows);
@@ -331,7 +332,7 @@
     const open = state.trials.filter((t) => t.state === "running").map((t) => t.number);
     const last = state.trials.length ? state.trials[state.trials.length - 1].number : -1;
     const firstOpen = open.length ? minOf(open) : last + 1;
-    let study, calibration, trials, curves;
+    let study, calibration, trials, curves, pareto = null;
     try {
       [study, calibration, [trials, curves]] = await Promise.all([
         api(`/studies/${id}`),
@@ -351,7 +352,8 @@
       }
       throw e;
     }
-    return { study, calibration, trials, curves };
+    if (study.directions) pareto = await api(`/studies/${id}/pareto`);
+    return { study, calibration, trials, curves, pareto };
   }
 
   function fact(label, value, attrs = {}) {
@@ -365,15 +367,20 @@
     const t = s.trials;
     const best = s.best_trial;
     const st = s.surrogate_status;
+    const multi = Array.isArray(s.directions) && s.directions.length > 1;
     const facts = [
-      fact("direction", s.direction),
+      multi ? fact("objectives", s.directions.join(" · ")) : fact("direction", s.direction),
       fact("surrogate / acquisition", `${s.surrogate} / ${s.acquisition}`),
       fact("pruner", (s.pruner && s.pruner.name) || "none"),
       fact("trials", `${t.total} (${t.complete} complete, ${t.running} running, ${t.failed} failed, ${t.pruned} pruned`
         + `${t.waiting ? `, ${t.waiting} enqueued` : ""})`, { dataset: { fact: "trials", total: t.total } }),
-      fact(s.constraints && s.constraints.length ? "best feasible" : "best",
-        best ? `${fmt(best.value)} (trial ${best.number}: ${Object.entries(best.params)
-          .map(([k, v]) => `${k}=${fmt(v)}`).join(", ")})` : "—", { dataset: { fact: "best" } }),
+      multi
+        ? fact("Pareto front", s.pareto && s.pareto.size ? `${s.pareto.size} trials, hypervolume ${fmt(s.pareto.hypervolume)}`
+          + ` (reference ${s.pareto.reference_point.map((v) => fmt(v)).join(", ")})` : "—",
+        { dataset: { fact: "pareto", size: s.pareto ? s.pareto.size : 0 } })
+        : fact(s.constraints && s.constraints.length ? "best feasible" : "best",
+          best ? `${fmt(best.value)} (trial ${best.number}: ${Object.entries(best.params)
+            .map(([k, v]) => `${k}=${fmt(v)}`).join(", ")})` : "—", { dataset: { fact: "best" } }),
       fact("surrogate", surrogateCell(st)),
       fact("last fit", st && st.fitted_at ? `${ago(st.fitted_at)}, took ${fmt(st.fit_seconds, 2)} s` : "—"),
     ];
@@ -392,8 +399,19 @@
       const cov = cal.summary.coverage.map((c, i) => `${pct(cal.nominal[i])}→${fmt(c, 2)}`).join(" · ");
       facts.push(fact(`coverage (${cal.summary.n} predicted)`, cov, { title: "nominal → observed coverage" }));
     }
+    if (multi && cal && cal.objectives) {
+      const cov = cal.objectives.map((o, j) => (o.summary && o.summary.n
+        ? `${j}: ${pct(cal.nominal[0])}→${fmt(o.summary.coverage[0], 2)}` : `${j}: —`)).join(" · ");
+      facts.push(fact("coverage by objective", cov, { title: "the widest interval: nominal → observed coverage" }));
+    }
     $("#study-facts").replaceChildren(...facts);
-    drawBest();
+    for (const name of ["pareto", "hypervolume", "objectives"]) figure(name).hidden = !multi;
+    figure("best").hidden = multi;
+    if (multi) {
+      drawPareto();
+      drawHypervolume();
+      drawObjectiveCoverage();
+    } else drawBest();
     drawCalibration();
     drawCoverage("coverage", "cumulative_coverage");
     drawCoverage("rolling", "rolling_coverage");
@@ -683,7 +701,10 @@
   function drawParams() {
     const fig = figure("params");
     const s = state.study;
-    const done = state.trials.filter((t) => t.state === "complete" && t.value != null);
+    // a multi-objective study's trials are colored by their first objective
+    const val = (t) => (Array.isArray(t.values) ? t.values[0] : t.value);
+    const done = state.trials.filter((t) => t.state === "complete" && val(t) != null)
+      .map((t) => ({ ...t, value: val(t) }));
     const wrap = $(".chart", fig);
     if (!done.length) {
       fig.dataset.points = 0;
@@ -780,6 +801,141 @@
     });
   }
 
+  // ------------------------------------------------------------ several objectives
+  // the pairs of objectives the front can be shown on: (0, 1) for two, each pair for three or four
+  function objectivePairs(m) {
+    const out = [];
+    for (let i = 0; i < m; i++) for (let j = i + 1; j < m; j++) out.push([i, j]);
+    return out;
+  }
+
+  function drawPareto() {
+    const fig = figure("pareto");
+    const s = state.study;
+    const m = s.directions.length;
+    const select = $('[data-option="objectives"]', fig);
+    const pairs = objectivePairs(m);
+    if (select.options.length !== pairs.length) {
+      select.replaceChildren(...pairs.map(([i, j], k) => h("option", { value: k }, `${i} × ${j}`)));
+      select.closest("label").hidden = pairs.length < 2;
+    }
+    const [a, b] = pairs[Number(select.value) || 0];
+    const done = state.trials.filter((t) => t.state === "complete" && Array.isArray(t.values));
+    const wrap = $(".chart", fig);
+    if (!done.length) {
+      fig.dataset.points = 0;
+      fig.classList.add("empty");
+      wrap.replaceChildren(h("p", { class: "nodata" }, "no completed trial yet"), h("canvas", { hidden: true }));
+      return;
+    }
+    let canvas = $("canvas", wrap);
+    if (!canvas || canvas.hidden) {
+      canvas = h("canvas");
+      wrap.replaceChildren(canvas);
+    }
+    fig.classList.remove("empty");
+    fig.dataset.points = done.length;
+    const onFront = new Set(((state.pareto && state.pareto.trials) || []).map((t) => t.id));
+    fig.dataset.front = onFront.size;
+    const xs = done.map((t) => t.values[a]), ys = done.map((t) => t.values[b]);
+    const pad = (lo, hi) => (hi > lo ? 0.05 * (hi - lo) : Math.abs(lo) * 0.05 || 1);
+    const x0 = minOf(xs) - pad(minOf(xs), maxOf(xs)), x1 = maxOf(xs) + pad(minOf(xs), maxOf(xs));
+    const y0 = minOf(ys) - pad(minOf(ys), maxOf(ys)), y1 = maxOf(ys) + pad(minOf(ys), maxOf(ys));
+    const { width } = chartSize(wrap);
+    const height = 280;
+    const dpr = window.devicePixelRatio || 1;
+    canvas.width = width * dpr;
+    canvas.height = height * dpr;
+    canvas.style.width = `${width}px`;
+    canvas.style.height = `${height}px`;
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    const box = { left: 64, right: 16, top: 12, bottom: 40 };
+    const X = (v) => box.left + ((v - x0) / (x1 - x0)) * (width - box.left - box.right);
+    const Y = (v) => height - box.bottom - ((v - y0) / (y1 - y0)) * (height - box.top - box.bottom);
+    ctx.strokeStyle = "#444";
+    ctx.lineWidth = 1;
+    ctx.strokeRect(box.left, box.top, width - box.left - box.right, height - box.top - box.bottom);
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.fillStyle = "#444";
+    for (const f of [0, 0.5, 1]) {
+      const vx = x0 + f * (x1 - x0), vy = y0 + f * (y1 - y0);
+      ctx.textAlign = "center";
+      ctx.fillText(fmt(vx), X(vx), height - box.bottom + 14);
+      ctx.textAlign = "right";
+      ctx.fillText(fmt(vy), box.left - 6, Y(vy) + 4);
+    }
+    ctx.font = "600 12px system-ui, sans-serif";
+    ctx.textAlign = "center";
+    ctx.fillText(`objective ${a} (${s.directions[a]})`, box.left + (width - box.left - box.right) / 2, height - 6);
+    ctx.save();
+    ctx.translate(14, box.top + (height - box.top - box.bottom) / 2);
+    ctx.rotate(-Math.PI / 2);
+    ctx.fillText(`objective ${b} (${s.directions[b]})`, 0, 0);
+    ctx.restore();
+    done.forEach((t) => {
+      if (onFront.has(t.id)) return;
+      ctx.fillStyle = t.feasible === false ? "rgba(214, 39, 40, 0.7)" : "rgba(31, 119, 180, 0.45)";
+      ctx.beginPath();
+      ctx.arc(X(t.values[a]), Y(t.values[b]), 3, 0, 2 * Math.PI);
+      ctx.fill();
+    });
+    // the front's points on this pair, joined as the staircase they dominate (two objectives)
+    const front = done.filter((t) => onFront.has(t.id)).sort((p, q) => p.values[a] - q.values[a]);
+    if (m === 2 && front.length) {
+      const pts = front;
+      ctx.strokeStyle = "#e8590c";
+      ctx.lineWidth = 2;
+      ctx.beginPath();
+      pts.forEach((t, i) => {
+        if (i === 0) ctx.moveTo(X(t.values[a]), Y(t.values[b]));
+        else {
+          ctx.lineTo(X(t.values[a]), Y(pts[i - 1].values[b]));
+          ctx.lineTo(X(t.values[a]), Y(t.values[b]));
+        }
+      });
+      ctx.stroke();
+    }
+    ctx.fillStyle = "#e8590c";
+    front.forEach((t) => {
+      ctx.beginPath();
+      ctx.arc(X(t.values[a]), Y(t.values[b]), 4.5, 0, 2 * Math.PI);
+      ctx.fill();
+    });
+  }
+  $('[data-plot="pareto"] [data-option="objectives"]').addEventListener("change", () => {
+    if (state.study && state.study.directions) drawPareto();
+  });
+
+  function drawHypervolume() {
+    const hist = (state.pareto && state.pareto.history) || [];
+    if (!hist.length) return empty("hypervolume", "no completed trial yet");
+    const ref = state.pareto.reference_point || [];
+    chart("hypervolume", "hypervolume", hist.length, () => ({
+      scales: { x: { time: false } },
+      axes: axes("completed trials", "hypervolume"),
+      series: [{ label: "trials" }, line("#e8590c", { label: `hypervolume (reference ${ref.map((v) => fmt(v)).join(", ")})`, width: 2.5 })],
+    }), [hist.map((p) => p.trials), hist.map((p) => p.hypervolume)]);
+  }
+
+  function drawObjectiveCoverage() {
+    const cal = state.calibration;
+    const objs = (cal && cal.objectives) || [];
+    const n = Math.max(0, ...objs.map((o) => o.cumulative_coverage.length));
+    if (!n) return empty("objectives", "no predicted trial told yet");
+    const xs = Array.from({ length: n }, (_, i) => i + 1);
+    const ys = objs.map((o) => xs.map((_, i) => (i < o.cumulative_coverage.length ? o.cumulative_coverage[i][0] : null)));
+    const nominal = cal.nominal[0];
+    chart("objectives", `objectives:${objs.length}`, n, () => ({
+      scales: { x: { time: false }, y: { range: [0, 1] } },
+      axes: axes("predicted trials", "coverage"),
+      series: [{ label: "trial" }, ...objs.map((o, j) => line(COLORS[j % COLORS.length],
+        { label: `objective ${j} (${o.direction}), nominal ${pct(nominal)}` }))],
+      ...targets([nominal], ["#888"]),
+    }), [xs, ...ys]);
+  }
+
   // ------------------------------------------------------------------ resize
   let resizeTimer = null;
   window.addEventListener("resize", () => {
@@ -787,6 +943,7 @@
     resizeTimer = setTimeout(() => {
       for (const [name, c] of Object.entries(charts)) c.u.setSize(chartSize($(".chart", figure(name))));
       if (state.study) drawParams();
+      if (state.study && state.study.directions) drawPareto();
     }, 150);
   });
   document.addEventListener("visibilitychange", () => {
