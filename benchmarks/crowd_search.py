@@ -264,7 +264,8 @@ def durations(task_name: str, seed: int, k: int, n: int) -> np.ndarray:
 
 
 def simulate(opt, task: Task, dur: np.ndarray, k: int, trials: int) -> dict[str, Any]:
-    """K in flight on a virtual clock; returns values in order of completion."""
+    """K in flight on a virtual clock; returns values (lists, with several objectives) in order of
+    completion."""
     running: list[tuple[float, int, Any, dict[str, Any]]] = []  # (finish, trial number, handle, params)
     values, order, done_at, obj_s = [], [], [], 0.0
 
@@ -278,7 +279,8 @@ def simulate(opt, task: Task, dur: np.ndarray, k: int, trials: int) -> dict[str,
     while running:
         now, i, handle, params = heapq.heappop(running)
         t = time.perf_counter()
-        v = float(task.objective(params))
+        v = task.objective(params)
+        v = [float(x) for x in v] if isinstance(v, list | tuple) else float(v)  # several objectives: a list
         obj_s += time.perf_counter() - t
         opt.tell(handle, v)
         values.append(v)
