@@ -46,6 +46,7 @@ with the system under test in both cases.
     python benchmarks/service.py --quick                          # smoke run, a minute or two
     python benchmarks/service.py --backends sqlite --systems calibo,optuna_tpe --pairs 100
     python benchmarks/service.py --merge a.json b.json             # combine runs (later rows win)
+    python benchmarks/service.py --systems calibo --objectives 2 --out benchmarks/results/service_mo.json
 
 Writes benchmarks/results/service.json and service.png.
 """
@@ -80,6 +81,16 @@ from benchmarks.tasks import TASKS  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TASK = TASKS["hartmann6"]
+OBJECTIVES = 1  # --objectives 2: calibo's studies are multi-objective (Hartmann-6 and a distance)
+
+
+def told(params: dict[str, Any]) -> dict[str, Any]:
+    """A tell's body: the value, or with ``--objectives 2`` two values (Hartmann-6 and the squared
+    distance to the centre of the space, which pull apart)."""
+    v = float(TASK.objective(params))
+    if OBJECTIVES == 1:
+        return {"value": v}
+    return {"values": [v, float(sum((params[k] - 0.5) ** 2 for k in sorted(params)))]}
 BACKENDS = ("sqlite", "postgresql")
 SYSTEMS = ("calibo", "optuna_tpe", "optuna_gp")
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -510,8 +521,8 @@ class Calibo:
         self.http.close()
 
     def create(self, name: str, seed: int, candidates: int, **settings: Any) -> int:
-        body = {"name": name, "space": TASK.space, "direction": TASK.direction, "seed": seed,
-                "settings": {"n_candidates": candidates, **settings}}
+        body = {"name": name, "space": TASK.space, "seed": seed, "settings": {"n_candidates": candidates, **settings},
+                **({"direction": TASK.direction} if OBJECTIVES == 1 else {"directions": ["minimize"] * OBJECTIVES})}
         r = self.http.post("/v1/studies", json=body)
         _check(r)
         return int(r.json()["id"])
@@ -532,8 +543,7 @@ class Calibo:
                                    json={"count": min(batch, n - done), "worker_id": "preload"})
                 _check(r)
                 for t in r.json()["trials"]:
-                    v = float(TASK.objective(t["params"]))
-                    _check(self.http.post(f"/v1/studies/{sid}/trials/{t['id']}/tell", json={"value": v}))
+                    _check(self.http.post(f"/v1/studies/{sid}/trials/{t['id']}/tell", json=told(t["params"])))
                     done += 1
                     bar.update()
         return time.perf_counter() - t0
@@ -561,9 +571,9 @@ class Calibo:
             a = time.perf_counter() - t
             _check(r)
             trial = r.json()["trials"][0]
-            v = float(TASK.objective(trial["params"]))
+            result = told(trial["params"])
             t = time.perf_counter()
-            r = http.post(f"/v1/studies/{sid}/trials/{trial['id']}/tell", json={"value": v})
+            r = http.post(f"/v1/studies/{sid}/trials/{trial['id']}/tell", json=result)
             b = time.perf_counter() - t
             _check(r)
             return a, b
@@ -992,9 +1002,15 @@ def main() -> None:
                     "one of the same system, backend and mode) instead of running")
     ap.add_argument("--log-dir", default=None, help="keep the calibo server logs here (default: discarded)")
     ap.add_argument("--quick", action="store_true", help="small numbers for a smoke run")
+    ap.add_argument("--objectives", type=int, choices=(1, 2), default=1,
+                    help="2: calibo's studies have two objectives (calibo only; Optuna's rows are one-objective)")
     ap.add_argument("--out", default=None,
                     help="default benchmarks/results/service.json (a --quick run: a file in the temp dir)")
     args = ap.parse_args()
+    global OBJECTIVES
+    OBJECTIVES = args.objectives
+    if OBJECTIVES > 1 and set(args.systems.split(",")) - {"calibo"}:
+        ap.error("--objectives 2 is for --systems calibo")
     if args.quick:
         args.pairs, args.gp_pairs, args.latency_warmup = 20, 5, 2
         args.duration, args.warmup, args.preload = 4.0, 1.0, 60
@@ -1033,7 +1049,7 @@ def main() -> None:
         "date": started.isoformat(timespec="seconds"), "task": TASK.name, "space_dims": len(TASK.space),
         "backends": backends, "systems": systems, "pairs": args.pairs, "gp_pairs": args.gp_pairs,
         "latency_warmup_pairs": args.latency_warmup, "duration": args.duration, "warmup": args.warmup,
-        "clients": args.clients, "load_repeats": args.load_repeats, "preload": args.preload, "preload_batch": args.preload_batch,
+        "clients": args.clients, "load_repeats": args.load_repeats, "objectives": OBJECTIVES, "preload": args.preload, "preload_batch": args.preload_batch,
         "candidates": args.candidates, "server_workers": args.server_workers, "seed": args.seed,
         "quick": args.quick, "cpu_count": os.cpu_count(), "platform": platform.platform(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "aims": AIMS,
