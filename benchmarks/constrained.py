@@ -40,7 +40,6 @@ import math  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
-from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from functools import cache  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -49,6 +48,8 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.runner import run_pool  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("calibo", "optuna_gp", "optuna_tpe", "random")
@@ -307,20 +308,11 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default=str(RESULTS / "constrained.json"))
     args = ap.parse_args()
-    from tqdm import tqdm
-
     jobs = [(m, p, args.trials, s) for s in range(args.seeds) for p in args.problems.split(",")
             for m in args.methods.split(",")]
     jobs.sort(key=lambda j: (j[0] != "optuna_gp", j[1] != "rf_size", j))
     t0 = time.time()
-    runs = []
-    with ProcessPoolExecutor(args.workers) as pool:
-        futs = {pool.submit(run_one, *j): j for j in jobs}
-        for f in tqdm(as_completed(futs), total=len(futs), desc="constrained runs"):
-            try:
-                runs.append(f.result())
-            except Exception as e:  # a run crashing is reported, not fatal
-                print(f"run {futs[f]} failed: {e!r}", file=sys.stderr)
+    runs = run_pool(run_one, jobs, args.workers, "constrained runs")
     summary = summarize(runs, args.trials)
     print_tables(summary)
     out = Path(args.out)

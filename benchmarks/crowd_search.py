@@ -61,7 +61,6 @@ import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 import zlib  # noqa: E402
-from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -69,6 +68,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.runner import run_pool  # noqa: E402
 from benchmarks.search import (  # noqa: E402
     DEFAULT_TASKS,
     RESULTS,
@@ -322,11 +322,6 @@ def run_crowd(method: str, task_name: str, trials: int, k: int, seed: int) -> di
             "overhead_s": wall - sim["objective_s"], **(opt.extra() if opt else {}), "warnings": seen[:5]}
 
 
-def _run_job(job: tuple[str, str, int, int, int]) -> dict[str, Any]:
-    method, task_name, trials, k, seed = job
-    return run_crowd(method, task_name, trials, k, seed)
-
-
 def run_key(r: dict) -> tuple:
     return (r["method"], r["task"], r["seed"], r["k"])
 
@@ -480,19 +475,7 @@ def write_result(out: Path, payload: dict) -> None:
 
 
 def run_jobs(jobs: list[tuple], workers: int, partial: Path) -> list[dict]:
-    from tqdm import tqdm
-
-    runs = []
-    with ProcessPoolExecutor(workers) as pool:
-        futs = {pool.submit(_run_job, j): j for j in jobs}
-        for n, f in enumerate(tqdm(as_completed(futs), total=len(futs), desc="crowd runs"), 1):
-            try:
-                runs.append(f.result())
-            except Exception as e:  # one run crashing is reported, not fatal
-                print(f"run {futs[f]} failed: {e!r}", file=sys.stderr)
-            if n % 10 == 0:  # a cut-off run still leaves what it finished
-                partial.write_text(json.dumps({"meta": {"trials": jobs[0][2]}, "runs": runs}))
-    return runs
+    return run_pool(run_crowd, jobs, workers, "crowd runs", partial, {"trials": jobs[0][2]} if jobs else {})
 
 
 def main() -> None:

@@ -47,7 +47,6 @@ import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from collections.abc import Callable  # noqa: E402
-from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from functools import cache  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -58,6 +57,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.crowd_search import _Random, durations, simulate  # noqa: E402
+from benchmarks.runner import run_pool  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("calibo", "optuna_gp", "optuna_tpe", "optuna_nsga2", "random")
@@ -258,10 +258,6 @@ def run_one(method: str, problem: str, k: int, seed: int, trials: int | None = N
             "overhead_s": wall - sim["objective_s"], **opt.extra()}
 
 
-def _job(job: tuple) -> dict[str, Any]:
-    return run_one(*job)
-
-
 # ------------------------------------------------------------------ analysis
 def hv_curve(run: dict[str, Any]) -> np.ndarray:
     """The hypervolume of the first t completed trials, t = 1..n (moocore; minimised values)."""
@@ -389,8 +385,6 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default=str(RESULTS / "multi_objective.json"))
     args = ap.parse_args()
-    from tqdm import tqdm
-
     methods = args.methods.split(",")
     unknown = [m for m in methods if m not in METHODS] + [p for p in args.problems.split(",") if p not in PROBLEMS]
     if unknown:
@@ -401,16 +395,7 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    runs = []
-    with ProcessPoolExecutor(args.workers) as pool:
-        futs = {pool.submit(_job, j): j for j in jobs}
-        for n, f in enumerate(tqdm(as_completed(futs), total=len(futs), desc="multi-objective runs"), 1):
-            try:
-                runs.append(f.result())
-            except Exception as e:  # one run crashing is reported, not fatal
-                print(f"run {futs[f]} failed: {e!r}", file=sys.stderr)
-            if n % 10 == 0:
-                out.with_suffix(".partial.json").write_text(json.dumps({"runs": runs}))
+    runs = run_pool(run_one, jobs, args.workers, "multi-objective runs", out.with_suffix(".partial.json"))
     summary = summarize(runs)
     print_tables(summary)
     meta = {"methods": methods, "problems": args.problems.split(","), "seeds": args.seeds,

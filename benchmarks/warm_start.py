@@ -24,7 +24,6 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -32,6 +31,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.runner import run_pool  # noqa: E402
 from benchmarks.tasks import TASKS  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -135,18 +135,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default=str(RESULTS / "warm_start.json"))
     args = ap.parse_args()
-    from tqdm import tqdm
-
     jobs = [(t, s, args.trials) for s in range(args.seeds) for t in args.tasks.split(",")]
     t0 = time.time()
-    runs = []
-    with ProcessPoolExecutor(args.workers) as pool:
-        futs = {pool.submit(run_one, *j): j for j in jobs}
-        for f in tqdm(as_completed(futs), total=len(futs), desc="warm-start runs"):
-            try:
-                runs.append(f.result())
-            except Exception as e:  # a run crashing is reported, not fatal
-                print(f"run {futs[f]} failed: {e!r}", file=sys.stderr)
+    runs = run_pool(run_one, jobs, args.workers, "warm-start runs")
     summary = summarize(runs, args.trials)
     print_table(summary)
     out = Path(args.out)

@@ -697,6 +697,35 @@
     }), data);
   }
 
+  // the cleared 2-D context of the canvas plot `fig` for `points` points (null, and "no completed
+  // trial yet" shown, when there are none); ctx.size is its size in CSS pixels
+  function canvasOf(fig, points, height) {
+    const wrap = $(".chart", fig);
+    fig.dataset.points = points;
+    if (!points) {
+      fig.classList.add("empty");
+      wrap.replaceChildren(h("p", { class: "nodata" }, "no completed trial yet"), h("canvas", { hidden: true }));
+      return null;
+    }
+    let canvas = $("canvas", wrap);
+    if (!canvas || canvas.hidden) {
+      canvas = h("canvas");
+      wrap.replaceChildren(canvas);
+    }
+    fig.classList.remove("empty");
+    const { width } = chartSize(wrap);
+    const dpr = window.devicePixelRatio || 1;
+    canvas.width = width * dpr;
+    canvas.height = height * dpr;
+    canvas.style.width = `${width}px`;
+    canvas.style.height = `${height}px`;
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    ctx.size = { width, height };
+    return ctx;
+  }
+
   // parallel coordinates: one vertical axis per parameter and one for the value; lines by value rank
   function drawParams() {
     const fig = figure("params");
@@ -705,20 +734,9 @@
     const val = (t) => (Array.isArray(t.values) ? t.values[0] : t.value);
     const done = state.trials.filter((t) => t.state === "complete" && val(t) != null)
       .map((t) => ({ ...t, value: val(t) }));
-    const wrap = $(".chart", fig);
-    if (!done.length) {
-      fig.dataset.points = 0;
-      fig.classList.add("empty");
-      wrap.replaceChildren(h("p", { class: "nodata" }, "no completed trial yet"), h("canvas", { hidden: true }));
-      return;
-    }
-    let canvas = $("canvas", wrap);
-    if (!canvas || canvas.hidden) {
-      canvas = h("canvas");
-      wrap.replaceChildren(canvas);
-    }
-    fig.classList.remove("empty");
-    fig.dataset.points = done.length;
+    const ctx = canvasOf(fig, done.length, 280);
+    if (!ctx) return;
+    const { width, height } = ctx.size;
     const sign = s.direction === "maximize" ? -1 : 1;
     const values = done.map((t) => t.value);
     const vmin = minOf(values), vmax = maxOf(values);
@@ -742,16 +760,6 @@
     });
     // rank 1 = best; draw the worst first so the best lie on top
     const ranked = done.slice().sort((a, b) => sign * (b.value - a.value));
-    const { width } = chartSize(wrap);
-    const height = 280;
-    const dpr = window.devicePixelRatio || 1;
-    canvas.width = width * dpr;
-    canvas.height = height * dpr;
-    canvas.style.width = `${width}px`;
-    canvas.style.height = `${height}px`;
-    const ctx = canvas.getContext("2d");
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, width, height);
     const pad = { left: 60, right: 70, top: 34, bottom: 22 };
     const plotH = height - pad.top - pad.bottom;
     const xOf = (i) => pad.left + (dims.length > 1 ? (i * (width - pad.left - pad.right)) / (dims.length - 1) : 0);
@@ -821,36 +829,15 @@
     }
     const [a, b] = pairs[Number(select.value) || 0];
     const done = state.trials.filter((t) => t.state === "complete" && Array.isArray(t.values));
-    const wrap = $(".chart", fig);
-    if (!done.length) {
-      fig.dataset.points = 0;
-      fig.classList.add("empty");
-      wrap.replaceChildren(h("p", { class: "nodata" }, "no completed trial yet"), h("canvas", { hidden: true }));
-      return;
-    }
-    let canvas = $("canvas", wrap);
-    if (!canvas || canvas.hidden) {
-      canvas = h("canvas");
-      wrap.replaceChildren(canvas);
-    }
-    fig.classList.remove("empty");
-    fig.dataset.points = done.length;
+    const ctx = canvasOf(fig, done.length, 280);
+    if (!ctx) return;
+    const { width, height } = ctx.size;
     const onFront = new Set(((state.pareto && state.pareto.trials) || []).map((t) => t.id));
     fig.dataset.front = onFront.size;
     const xs = done.map((t) => t.values[a]), ys = done.map((t) => t.values[b]);
     const pad = (lo, hi) => (hi > lo ? 0.05 * (hi - lo) : Math.abs(lo) * 0.05 || 1);
     const x0 = minOf(xs) - pad(minOf(xs), maxOf(xs)), x1 = maxOf(xs) + pad(minOf(xs), maxOf(xs));
     const y0 = minOf(ys) - pad(minOf(ys), maxOf(ys)), y1 = maxOf(ys) + pad(minOf(ys), maxOf(ys));
-    const { width } = chartSize(wrap);
-    const height = 280;
-    const dpr = window.devicePixelRatio || 1;
-    canvas.width = width * dpr;
-    canvas.height = height * dpr;
-    canvas.style.width = `${width}px`;
-    canvas.style.height = `${height}px`;
-    const ctx = canvas.getContext("2d");
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, width, height);
     const box = { left: 64, right: 16, top: 12, bottom: 40 };
     const X = (v) => box.left + ((v - x0) / (x1 - x0)) * (width - box.left - box.right);
     const Y = (v) => height - box.bottom - ((v - y0) / (y1 - y0)) * (height - box.top - box.bottom);
