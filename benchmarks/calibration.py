@@ -290,7 +290,8 @@ class CrowdRun:
         y, sets = self.sign * trial.value, trial.sets
         pred = trial.prediction
         sets["default"] = Sets(pred["points"], pred.get("shift") == "fcs", y)
-        split = self.fit(self.done, SPLIT_FCS, pending)
+        # the default snapshot's candidates (its fit's local search added some a split fit would not)
+        split = self.fit(self.done, SPLIT_FCS, pending, candidates=snap.candidates)
         row = split.candidate_keys().index(self.space.key(trial.params))
         sets["split_fcs"] = Sets.of(split.bounds, row, y)
         sets["split"] = Sets.of(replace(split, cal_weight=None, cand_weight=None).bounds, row, y)
