@@ -380,31 +380,49 @@ def main() -> None:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--problems", default=",".join(PROBLEMS))
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--seed-offset", type=int, default=0)
     ap.add_argument("--in-flight", default="1,8")
     ap.add_argument("--trials", type=int, default=None, help="override every problem's trials (smoke runs)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default=str(RESULTS / "multi_objective.json"))
+    ap.add_argument("--merge", nargs="*", help="partial result files to combine instead of running")
+    ap.add_argument("--skip", nargs="*", default=[], help="result files whose runs are not repeated")
     args = ap.parse_args()
-    methods = args.methods.split(",")
-    unknown = [m for m in methods if m not in METHODS] + [p for p in args.problems.split(",") if p not in PROBLEMS]
-    if unknown:
-        sys.exit(f"unknown {unknown}: methods {METHODS}, problems {sorted(PROBLEMS)}")
-    jobs = [(m, p, int(k), s, args.trials) for s in range(args.seeds) for p in args.problems.split(",")
-            for k in args.in_flight.split(",") for m in methods]
-    jobs.sort(key=lambda j: (j[0] not in ("optuna_gp", "calibo"), j[1] not in ("mlp_size", "gbm_time", "dtlz2")))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    runs = run_pool(run_one, jobs, args.workers, "multi-objective runs", out.with_suffix(".partial.json"))
+    if args.merge:
+        parts = [json.loads(Path(f).read_text()) for f in args.merge]
+        runs = list({run_key(r): r for p in parts for r in p["runs"]}.values())
+        meta: dict[str, Any] = {"merged": args.merge, "parts": [p.get("meta", {}) for p in parts]}
+    else:
+        methods = args.methods.split(",")
+        problems = args.problems.split(",")
+        unknown = [m for m in methods if m not in METHODS] + [p for p in problems if p not in PROBLEMS]
+        if unknown:
+            sys.exit(f"unknown {unknown}: methods {METHODS}, problems {sorted(PROBLEMS)}")
+        skipped = [r for f in args.skip for r in json.loads(Path(f).read_text())["runs"]]
+        done = {run_key(r) for r in skipped}
+        seeds = range(args.seed_offset, args.seed_offset + args.seeds)
+        jobs = [(m, p, int(k), s, args.trials) for s in seeds for p in problems
+                for k in args.in_flight.split(",") for m in methods if (m, p, int(k), s) not in done]
+        # seed by seed (a run cut off leaves whole seeds), the slowest first within a seed
+        jobs.sort(key=lambda j: (j[3], j[0] not in ("optuna_gp", "calibo"),
+                                 j[1] not in ("mlp_size", "gbm_time", "dtlz2")))
+        meta = {"methods": methods, "problems": problems, "seeds": args.seeds, "seed_offset": args.seed_offset,
+                "in_flight": args.in_flight, "durations": "lognormal(0, 1) virtual clock", "workers": args.workers}
+        runs = skipped + run_pool(run_one, jobs, args.workers, "multi-objective runs",
+                                  out.with_suffix(".partial.json"), meta)
     summary = summarize(runs)
     print_tables(summary)
-    meta = {"methods": methods, "problems": args.problems.split(","), "seeds": args.seeds,
-            "in_flight": args.in_flight, "references": {p: PROBLEMS[p].ref for p in PROBLEMS},
-            "durations": "lognormal(0, 1) virtual clock", "workers": args.workers, "wall_seconds": time.time() - t0}
+    meta.update(references={p: PROBLEMS[p].ref for p in PROBLEMS}, wall_seconds=time.time() - t0)
     out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}))
     plot(summary, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
 
+
+def run_key(run: dict[str, Any]) -> tuple[str, str, int, int]:
+    return run["method"], run["problem"], run["k"], run["seed"]
 
 if __name__ == "__main__":
     main()

@@ -103,6 +103,10 @@ class StudyGauges(Collector):
         breach = GaugeMetricFamily(
             "calibo_study_breach_rate", f"share of the last {RECENT} predicted outcomes outside the interval "
             "(1 - coverage), per interval pair", labels=["study", "nominal"])
+        per_objective = GaugeMetricFamily(
+            "calibo_study_objective_coverage", f"multi-objective studies: share of the last {RECENT} predicted "
+            "outcomes of each objective inside its interval, per interval pair (the study's own coverage "
+            "gauges read objective 0)", labels=["study", "objective", "nominal"])
         _, total = self.storage.list_studies(1, 0)
         studies, _ = self.storage.list_studies(MAX_STUDIES, max(0, total - MAX_STUDIES))
         for info in studies:
@@ -114,10 +118,23 @@ class StudyGauges(Collector):
             records = self.storage.recent_records(info.id, RECENT)
             if not records:
                 continue
-            nominal = records[-1]["coverage"]
-            for j, target in enumerate(nominal):
-                hits = [r["covered"][j] for r in records if len(r["covered"]) > j]
-                share = sum(hits) / len(hits)
-                coverage.add_metric([name, f"{target:g}"], share)
-                breach.add_metric([name, f"{target:g}"], 1.0 - share)
-        return [depth, trials, lag, coverage, breach]
+            multi = "objectives" in records[-1]  # a multi-objective record: one record per objective
+            for i in range(len(records[-1]["objectives"]) if multi else 1):
+                recs = [r["objectives"][i] for r in records if len(r.get("objectives", ())) > i] if multi \
+                    else records
+                for target, share in _shares(recs):
+                    if i == 0:
+                        coverage.add_metric([name, f"{target:g}"], share)
+                        breach.add_metric([name, f"{target:g}"], 1.0 - share)
+                    if multi:
+                        per_objective.add_metric([name, str(i), f"{target:g}"], share)
+        return [depth, trials, lag, coverage, breach, per_objective]
+
+
+def _shares(records: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """``(nominal coverage, share covered)`` per interval pair over calibration ``records``."""
+    out = []
+    for j, target in enumerate(records[-1]["coverage"]):
+        hits = [r["covered"][j] for r in records if len(r["covered"]) > j]
+        out.append((target, sum(hits) / len(hits)))
+    return out

@@ -63,6 +63,33 @@ def test_metrics_count_what_the_api_did(http: httpx.Client) -> None:
     assert after[("calibo_study_trials", (("state", "complete"), ("study", name)))] == n
 
 
+def test_metrics_read_each_objective_of_a_multi_objective_study(http: httpx.Client) -> None:
+    from test_api import wait_fitted
+    from test_multi_objective_api import mo, tell, zdt1
+
+    sid = mo(http)["id"]
+    for _ in range(14):
+        (t,) = http.post(f"/v1/studies/{sid}/ask", json={}).json()["trials"]
+        assert tell(http, sid, t, zdt1(t["params"])).status_code == 200
+        if _ >= 5:
+            wait_fitted(http, sid, _ + 1)  # every later ask is predicted: records to read
+    cal = http.get(f"/v1/studies/{sid}/calibration").json()
+    name = http.get(f"/v1/studies/{sid}").json()["name"]
+    deadline = time.monotonic() + 30
+    after = scrape(http)
+    while ("calibo_study_objective_coverage", (("nominal", "0.9"), ("objective", "1"), ("study", name))) not in after:
+        assert time.monotonic() < deadline, "no per-objective coverage gauge for the study"
+        time.sleep(1)
+        after = scrape(http)
+    assert 0 < cal["n"] <= 100  # the gauges read the last 100: here all of them, as the view does
+    for i, obj in enumerate(cal["objectives"]):
+        key = (("nominal", "0.9"), ("objective", str(i)), ("study", name))
+        assert after[("calibo_study_objective_coverage", key)] == pytest.approx(obj["cumulative_coverage"][-1][0])
+    # the study's own gauges read its first objective
+    assert after[("calibo_study_coverage", (("nominal", "0.9"), ("study", name)))] == pytest.approx(
+        cal["objectives"][0]["cumulative_coverage"][-1][0])
+
+
 def test_request_ids_are_echoed_or_made(http: httpx.Client) -> None:
     r = http.get("/v1/studies", headers={"X-Request-ID": "job-42.attempt_3"})
     assert r.headers["x-request-id"] == "job-42.attempt_3"
