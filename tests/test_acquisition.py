@@ -74,6 +74,21 @@ def test_log_ei_is_gaussian_ei_in_the_tails_and_close_in_the_body() -> None:
     np.testing.assert_allclose(np.exp(got[:3]), np.exp(exact[:3]), rtol=0.05)
 
 
+def test_log_h_is_finite_and_exact_far_into_the_tail() -> None:
+    """log(phi(z) + z Phi(z)) for z from 5 down to -1e9: finite, increasing, and within 1e-12
+    (relative) of the asymptote phi(z)/z^2 where that is exact, with no floating-point warning."""
+    z = np.concatenate([np.linspace(5.0, -1.0, 50), -np.logspace(0.01, 9.0, 400)])
+    with np.errstate(all="raise"):
+        v = acq.log_h(z)
+    assert np.isfinite(v).all() and np.all(np.diff(v) < 0)
+    far = z < -1e4
+    asym = -0.5 * z[far] ** 2 - 0.5 * np.log(2 * np.pi) - 2 * np.log(-z[far])
+    assert np.allclose(v[far], asym, rtol=1e-12, atol=0)
+    near = (z > -6) & (z < 5)  # against the direct formula where it does not underflow
+    direct = np.log(norm.pdf(z[near]) + z[near] * norm.cdf(z[near]))
+    assert np.allclose(v[near], direct, rtol=1e-9, atol=1e-12)
+
+
 def test_log_ei_tells_apart_what_ei_scores_zero() -> None:
     # once the search found a good region, most candidates' bounded EI is exactly 0: a tie that
     # argmin breaks by row order; log EI still ranks them by how far (in their spread) they are

@@ -127,11 +127,17 @@ def log_h(z: np.ndarray) -> np.ndarray:
     hi = z > -1.0
     zh = z[hi]
     out[hi] = np.log(np.exp(-0.5 * zh * zh - _C1) + zh * np.exp(log_ndtr(zh)))
-    mid = ~hi & (z > -1e8)
+    # below -1e6, x below rounds to 0 (it is about -1/z^2): the asymptote h(z) ~ phi(z) / z^2 is
+    # exact there to a relative 3/z^2
+    mid = ~hi & (z > -1e6)
     zm = z[mid]
     # log(1 - exp(x)) with x = log(erfcx(-z / sqrt 2) |z|) + log(sqrt(pi / 2)) < 0
-    x = np.log(erfcx(-zm / math.sqrt(2.0)) * np.abs(zm)) + _C2
-    out[mid] = -0.5 * zm * zm - _C1 + np.where(x > -math.log(2.0), np.log(-np.expm1(x)), np.log1p(-np.exp(x)))
+    x = np.minimum(np.log(erfcx(-zm / math.sqrt(2.0)) * np.abs(zm)) + _C2, -1e-300)
+    near = x > -math.log(2.0)
+    log1mexp = np.empty_like(x)
+    log1mexp[near] = np.log(-np.expm1(x[near]))
+    log1mexp[~near] = np.log1p(-np.exp(x[~near]))
+    out[mid] = -0.5 * zm * zm - _C1 + log1mexp
     lo = ~hi & ~mid
     out[lo] = -0.5 * z[lo] ** 2 - _C1 - 2.0 * np.log(np.abs(z[lo]))
     return out
