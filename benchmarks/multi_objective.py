@@ -314,16 +314,23 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                     if t > len(curves[("calibo", p, s)]):
                         continue
                     a, b = curves[("calibo", p, s)][t - 1], curves[(peer, p, s)][t - 1]
-                    w, l_, ties = w + (a > b), l_ + (a < b), ties + (a == b)
+                    w, l_, ties = w + int(a > b), l_ + int(a < b), ties + int(a == b)
                 pv = binomtest(w, w + l_).pvalue if w + l_ else 1.0
                 signs[f"{t}:{peer}"] = {"wins": w, "losses": l_, "ties": ties, "p": float(pv)}
         cal = [r["calibration"] for r in block if r["method"] == "calibo" and r.get("calibration")]
-        gaps = ([float(np.mean([c[j]["gap"] for c in cal])) for j in range(max(len(c) for c in cal))]
+        # objective j's gap over the runs that have a j-th objective (only DTLZ2 has a third)
+        gaps = ([float(np.mean([c[j]["gap"] for c in cal if len(c) > j])) for j in range(max(len(c) for c in cal))]
                 if cal else None)
+        gap_by_problem = {p: [float(np.mean([r["calibration"][j]["gap"] for r in block
+                                             if r["method"] == "calibo" and r["problem"] == p and r.get("calibration")]))
+                              for j in range(PROBLEMS[p].m)]
+                          for p in sorted({p for _, p, _ in curves})
+                          if any(r["method"] == "calibo" and r["problem"] == p and r.get("calibration") for r in block)}
         overhead = {m: float(np.mean([r["overhead_s"] / r["trials"] * 1000 for r in block if r["method"] == m]))
                     for m in methods}
         out[str(k)] = {"methods": methods, "cells": len(cells), "mean_rank": ranks, "mean_hv_end": end,
-                       "sign_tests": signs, "calibo_calibration_gap": gaps, "ms_per_trial": overhead}
+                       "sign_tests": signs, "calibo_calibration_gap": gaps,
+                       "calibo_calibration_gap_by_problem": gap_by_problem, "ms_per_trial": overhead}
     return out
 
 
