@@ -175,8 +175,9 @@ def main() -> None:
         jobs = [(m, t, args.trials, k, s) for s in seeds for t in tasks for k in ks for m in methods
                 if (m, t, s, k) not in done and not (m in SEQUENTIAL_ONLY and k != 1)]
         slow = ("confopt", "smac", "optuna_gp", "mlp_iris", "rf_wine")
-        # seed by seed (a run cut off leaves whole seeds), the slowest first within a seed
-        jobs.sort(key=lambda j: (j[4], j[0] not in slow and j[1] not in slow, j))
+        # seed by seed and task by task (a run cut off leaves whole task x seed cells), the slowest
+        # methods first within a cell
+        jobs.sort(key=lambda j: (j[4], j[1] not in slow, j[1], j[0] not in slow, j))
         runs = skipped + run_jobs(jobs, args.workers, out.with_suffix(".partial.json"))
         trials = args.trials
         meta = {"methods": methods, "tasks": tasks, "in_flight": ks, "seeds": args.seeds,
