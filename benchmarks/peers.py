@@ -110,11 +110,12 @@ def _confopt(task: Task, n: int, seed: int, f: _Timed) -> None:
             space[name] = FloatRange(min_value=s["low"], max_value=s["high"], log_scale=s.get("log", False))
         elif s["type"] == "int":
             space[name] = IntRange(min_value=s["low"], max_value=s["high"], log_scale=s.get("log", False))
-        else:
-            space[name] = CategoricalRange(choices=list(s["choices"]))
+        else:  # ConfOpt's choices are str / int / float / bool: None goes in as "None" and back
+            space[name] = CategoricalRange(choices=[("None" if c is None else c) for c in s["choices"]])
+    nones = {name for name, s in task.space.items() if None in s.get("choices", ())}
 
     def objective(configuration: Dict) -> float:  # noqa: UP006
-        return f(dict(configuration))
+        return f({k: (None if k in nones and v == "None" else v) for k, v in configuration.items()})
 
     tuner = ConformalTuner(objective, space, minimize=task.direction == "minimize")
     tuner.tune(max_searches=n, n_random_searches=15, random_state=seed, verbose=False)
