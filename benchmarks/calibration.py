@@ -77,6 +77,7 @@ from calibo.engine import EngineConfig, SearchSpace, adapt, fit, initial_states,
 from calibo.engine import metrics as M  # noqa: E402
 from calibo.engine.conformal import Bounds, beta_of, issued_beta, pair_alphas, pair_interval  # noqa: E402
 from calibo.engine.optimizer import warmup_points  # noqa: E402
+from calibo.engine.warp import Warp  # noqa: E402
 
 LEVELS = (0.125, 0.25, 0.375, 0.625, 0.75, 0.875)  # pairs: 75%, 50%, 25% intervals
 NOMINAL = [0.75, 0.5, 0.25]
@@ -289,19 +290,24 @@ class CrowdRun:
         """The point sets of every variant at the asked point."""
         y, sets = self.sign * trial.value, trial.sets
         pred = trial.prediction
-        sets["default"] = Sets(pred["points"], pred.get("shift") == "fcs", y)
+
+        def warped(w: dict | None) -> float:  # point sets live on their fit's warped scale
+            return float(Warp.from_dict(w).forward(y))
+
+        sets["default"] = Sets(pred["points"], pred.get("shift") == "fcs", warped(pred.get("warp")))
         # the default snapshot's candidates (its fit's local search added some a split fit would not)
         split = self.fit(self.done, SPLIT_FCS, pending, candidates=snap.candidates)
         row = split.candidate_keys().index(self.space.key(trial.params))
-        sets["split_fcs"] = Sets.of(split.bounds, row, y)
-        sets["split"] = Sets.of(replace(split, cal_weight=None, cand_weight=None).bounds, row, y)
+        y_split = warped(split.meta.get("warp"))
+        sets["split_fcs"] = Sets.of(split.bounds, row, y_split)
+        sets["split"] = Sets.of(replace(split, cal_weight=None, cand_weight=None).bounds, row, y_split)
         sets["default_fcs"] = sets["split_fcs" if snap.method == "split" else "default"]
         sets["fresh"] = sets["default"]  # sequential: the completed trials are all the asked ones
         if self.k > 1:
             before = [(a.params, a.value) for a in self.asked]
             fresh = self.fit(before, GRID, [], candidates=self.space.to_unit([trial.params]))
             if fresh.method != "raw":
-                sets["fresh"] = Sets.of(fresh.bounds, 0, y)
+                sets["fresh"] = Sets.of(fresh.bounds, 0, warped(fresh.meta.get("warp")))
 
     def run(self) -> CrowdRun:
         running: list[tuple[float, int]] = []

@@ -131,7 +131,7 @@ def plot(summary: dict, path: Path) -> None:
         ax.set_ylabel("mean rank of best-so-far (lower is better)")
         ax.legend(fontsize=7)
         ax = axes[0][2 * j + 1]
-        tasks = blk["tasks"]
+        tasks = [t for t in blk["tasks"] if all(t in blk["mean_best"][m] for m in blk["methods"])]
         width = 0.8 / len(blk["methods"])
         for i, m in enumerate(blk["methods"]):  # per task: 0 = the best method's mean best, 1 = the worst's
             rel = []
