@@ -91,6 +91,28 @@ def test_the_believer_shrinks_toward_a_running_point_only_as_far_as_the_kernel_r
     assert np.all(reach(wide)[mid] >= reach(b)[mid] - 1e-12) and np.any(reach(wide)[mid] > reach(b)[mid] + 1e-3)
 
 
+def test_the_believer_keeps_its_answer_when_its_column_cache_fills(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full cache is cleared while a block is added (a crowd of 32 running points on a snapshot
+    whose cache was nearly full answered 500 with a KeyError): the fantasies are the same as with
+    room to spare, and the rows added before the clear are still found."""
+    import calibo.engine.crowd as crowd
+
+    space, cfg, snap = _line_snapshot()
+    kernel = snap.meta["crowd"]["kernel"]
+    feats = space.features(snap.candidates)
+    rows = [3, 17, 40, 41, 90, 3]
+    roomy = Believer(kernel, feats, snap.raw, snap.levels)
+    roomy.add(rows[:2])
+    roomy.add(rows)
+    monkeypatch.setattr(crowd, "MAX_COLUMNS", 4)
+    shared: dict = {}
+    tight = Believer(kernel, feats, snap.raw, snap.levels, columns=shared)
+    tight.add(rows[:2])  # cached: 3 and 17
+    tight.add(rows)  # 40, 41, 90 are new: the cache overflows and is cleared while 3 and 17 are needed
+    assert np.allclose(tight.shrink(), roomy.shrink(), rtol=1e-12, atol=1e-14)
+    assert len(shared) <= 4 + 3
+
+
 def test_local_penalisation_excludes_the_ball_the_model_rules_out() -> None:
     space, cfg, snap = _line_snapshot()
     Q = snap.bounds.at(np.array([s.alpha for s in initial_states(cfg)]))

@@ -160,14 +160,17 @@ class Believer:
 
     def _correlation(self, rows: list[int]) -> np.ndarray:
         """(N, len(rows)) kernel correlations with the candidates ``rows``, computed once per row."""
-        new = [r for r in dict.fromkeys(rows) if r not in self.columns]
+        # read through a local copy: the cache may be cleared when full, here or by another select
+        # on the same snapshot in another thread, between computing a column and stacking it
+        cols = {r: self.columns.get(r) for r in dict.fromkeys(rows)}
+        new = [r for r, c in cols.items() if c is None]
         if new:
             d2 = self.F2[:, None] + self.F2[None, new] - 2.0 * self.F @ self.F[new].T
+            if len(self.columns) + len(new) > MAX_COLUMNS:
+                self.columns.clear()
             for r, col in zip(new, _matern52(np.sqrt(np.maximum(d2, 0.0))).T, strict=True):
-                if len(self.columns) >= MAX_COLUMNS:
-                    self.columns.clear()
-                self.columns[r] = col
-        return np.stack([self.columns[r] for r in rows], axis=1)
+                cols[r] = self.columns[r] = col
+        return np.stack([cols[r] for r in rows], axis=1)
 
     def shrink(self) -> np.ndarray:
         """(N,) factor of every candidate's spread after the fantasies."""
