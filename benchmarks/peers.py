@@ -99,23 +99,36 @@ def _optuna_optimize(sampler_name: str, task: Task, n: int, seed: int, f: _Timed
     study.optimize(lambda trial: f(_optuna_params(trial, task.space)), n_trials=n)
 
 
+# ------------------------------------------------------------- categoricals
+def _choice_codes(task: Task, native: tuple[type, ...] = ()) -> dict[str, dict[Any, Any]]:
+    """Per categorical parameter, ``{code: choice}`` in the choices' order: a choice whose type a
+    peer holds (``native``) is its own code, any other (None, say) goes in as its ``str``."""
+    return {name: {(c if isinstance(c, native) else str(c)): c for c in s["choices"]}
+            for name, s in task.space.items() if "choices" in s}
+
+
+def _decode(codes: dict[str, dict[Any, Any]], config: dict[str, Any]) -> dict[str, Any]:
+    """A peer's configuration with its categorical codes mapped back to the task's choices."""
+    return {k: (codes[k][v] if k in codes else v) for k, v in config.items()}
+
+
 # -------------------------------------------------------------------- confopt
 def _confopt(task: Task, n: int, seed: int, f: _Timed) -> None:
     from confopt.tuning import ConformalTuner
     from confopt.wrapping import CategoricalRange, FloatRange, IntRange
 
+    codes = _choice_codes(task, (str, int, float, bool))  # what ConfOpt's CategoricalRange holds
     space = {}
     for name, s in task.space.items():
         if s["type"] == "float":
             space[name] = FloatRange(min_value=s["low"], max_value=s["high"], log_scale=s.get("log", False))
         elif s["type"] == "int":
             space[name] = IntRange(min_value=s["low"], max_value=s["high"], log_scale=s.get("log", False))
-        else:  # ConfOpt's choices are str / int / float / bool: None goes in as "None" and back
-            space[name] = CategoricalRange(choices=[("None" if c is None else c) for c in s["choices"]])
-    nones = {name for name, s in task.space.items() if None in s.get("choices", ())}
+        else:
+            space[name] = CategoricalRange(choices=list(codes[name]))
 
     def objective(configuration: Dict) -> float:  # noqa: UP006
-        return f({k: (None if k in nones and v == "None" else v) for k, v in configuration.items()})
+        return f(_decode(codes, dict(configuration)))
 
     tuner = ConformalTuner(objective, space, minimize=task.direction == "minimize")
     tuner.tune(max_searches=n, n_random_searches=15, random_state=seed, verbose=False)
@@ -126,6 +139,7 @@ def _smac(task: Task, n: int, seed: int, f: _Timed) -> None:
     from ConfigSpace import Categorical, ConfigurationSpace, Float, Integer
     from smac import HyperparameterOptimizationFacade, Scenario
 
+    codes = _choice_codes(task)  # ConfigSpace's categoricals: strings
     cs = ConfigurationSpace(seed=seed)
     for name, s in task.space.items():
         if s["type"] == "float":
@@ -133,12 +147,10 @@ def _smac(task: Task, n: int, seed: int, f: _Timed) -> None:
         elif s["type"] == "int":
             cs.add(Integer(name, (s["low"], s["high"]), log=s.get("log", False)))
         else:
-            cs.add(Categorical(name, [str(c) for c in s["choices"]]))
-    back = {name: {str(c): c for c in s["choices"]} for name, s in task.space.items() if "choices" in s}
+            cs.add(Categorical(name, list(codes[name])))
 
     def train(config, seed: int = 0) -> float:
-        p = {k: (back[k][v] if k in back else v) for k, v in dict(config).items()}
-        v = f(p)
+        v = f(_decode(codes, dict(config)))
         return v if task.direction == "minimize" else -v
 
     scenario = Scenario(cs, deterministic=True, n_trials=n, seed=seed, output_directory=f"/tmp/smac-{seed}")
