@@ -58,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.crowd_search import _Random, durations, simulate  # noqa: E402
 from benchmarks.runner import run_pool  # noqa: E402
+from benchmarks.search import merge_parts  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("calibo", "optuna_gp", "optuna_tpe", "optuna_nsga2", "random")
@@ -317,15 +318,17 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                     w, l_, ties = w + int(a > b), l_ + int(a < b), ties + int(a == b)
                 pv = binomtest(w, w + l_).pvalue if w + l_ else 1.0
                 signs[f"{t}:{peer}"] = {"wins": w, "losses": l_, "ties": ties, "p": float(pv)}
-        cal = [r["calibration"] for r in block if r["method"] == "calibo" and r.get("calibration")]
-        # objective j's gap over the runs that have a j-th objective (only DTLZ2 has a third)
-        gaps = ([float(np.mean([c[j]["gap"] for c in cal if len(c) > j])) for j in range(max(len(c) for c in cal))]
-                if cal else None)
-        gap_by_problem = {p: [float(np.mean([r["calibration"][j]["gap"] for r in block
-                                             if r["method"] == "calibo" and r["problem"] == p and r.get("calibration")]))
-                              for j in range(PROBLEMS[p].m)]
-                          for p in sorted({p for _, p, _ in curves})
-                          if any(r["method"] == "calibo" and r["problem"] == p and r.get("calibration") for r in block)}
+        cal_by_problem: dict[str, list[list[dict[str, Any]]]] = {}  # calibo's calibration, one per run
+        for r in block:
+            if r["method"] == "calibo" and r.get("calibration"):
+                cal_by_problem.setdefault(r["problem"], []).append(r["calibration"])
+        cal = [c for cs in cal_by_problem.values() for c in cs]
+
+        def gap(cs: list[list[dict[str, Any]]], j: int) -> float:  # objective j over the runs that have it
+            return float(np.mean([c[j]["gap"] for c in cs if len(c) > j]))
+
+        gaps = [gap(cal, j) for j in range(max(len(c) for c in cal))] if cal else None  # DTLZ2 has a third
+        gap_by_problem = {p: [gap(cs, j) for j in range(PROBLEMS[p].m)] for p, cs in sorted(cal_by_problem.items())}
         overhead = {m: float(np.mean([r["overhead_s"] / r["trials"] * 1000 for r in block if r["method"] == m]))
                     for m in methods}
         out[str(k)] = {"methods": methods, "cells": len(cells), "mean_rank": ranks, "mean_hv_end": end,
@@ -399,9 +402,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     if args.merge:
-        parts = [json.loads(Path(f).read_text()) for f in args.merge]
-        runs = list({run_key(r): r for p in parts for r in p["runs"]}.values())
-        meta: dict[str, Any] = {"merged": args.merge, "parts": [p.get("meta", {}) for p in parts]}
+        runs, meta = merge_parts(args.merge, run_key, 0)
+        meta.pop("trials")  # a problem's own budget: no one count for all
     else:
         methods = args.methods.split(",")
         problems = args.problems.split(",")
