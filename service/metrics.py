@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from .errors import Unavailable
 from .storage import Storage
+from .studies.calibration import objective_records
 
 disable_created_metrics()  # no *_created series: half the text, nothing a dashboard reads
 
@@ -118,15 +119,14 @@ class StudyGauges(Collector):
             records = self.storage.recent_records(info.id, RECENT)
             if not records:
                 continue
-            multi = "objectives" in records[-1]  # a multi-objective record: one record per objective
-            for i in range(len(records[-1]["objectives"]) if multi else 1):
-                recs = [r["objectives"][i] for r in records if len(r.get("objectives", ())) > i] if multi \
-                    else records
-                for target, share in _shares(recs):
+            per = [objective_records(r) for r in records]
+            m = len(per[-1])
+            for i in range(m):
+                for target, share in _shares([p[i] for p in per if len(p) > i]):
                     if i == 0:
                         coverage.add_metric([name, f"{target:g}"], share)
                         breach.add_metric([name, f"{target:g}"], 1.0 - share)
-                    if multi:
+                    if m > 1:
                         per_objective.add_metric([name, str(i), f"{target:g}"], share)
         return [depth, trials, lag, coverage, breach, per_objective]
 

@@ -12,6 +12,12 @@ from ..storage import StudyInfo
 from .definitions import StudyDef
 
 
+def objective_records(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A trial's calibration record per objective: a multi-objective study stores one record per
+    objective under ``objectives``; a single-objective record is its own only one."""
+    return record["objectives"] if record.get("objectives") else [record]
+
+
 def calibration_view(sd: StudyDef, info: StudyInfo, rows: list[tuple[int, int, dict[str, Any], dict[str, Any]]],
                      window: int = 20) -> dict[str, Any]:
     """``rows``: (trial id, number, params, record) of completed trials that had a prediction.
@@ -21,7 +27,7 @@ def calibration_view(sd: StudyDef, info: StudyInfo, rows: list[tuple[int, int, d
     study_id = sd.id
     trials, records, params, whole = [], [], [], []
     for tid, number, p, rec in rows:
-        main = rec["objectives"][0] if rec.get("objectives") else rec
+        main = objective_records(rec)[0]
         if "covered" not in main:
             continue
         records.append(main)
