@@ -160,8 +160,8 @@ class Believer:
 
     def _correlation(self, rows: list[int]) -> np.ndarray:
         """(N, len(rows)) kernel correlations with the candidates ``rows``, computed once per row."""
-        # read through a local copy: the cache may be cleared when full, here or by another select
-        # on the same snapshot in another thread, between computing a column and stacking it
+        # read through a local copy: filling the cache clears it, which must not lose this block's
+        # rows that were cached before
         cols = {r: self.columns.get(r) for r in dict.fromkeys(rows)}
         new = [r for r, c in cols.items() if c is None]
         if new:
