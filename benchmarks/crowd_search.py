@@ -76,6 +76,7 @@ from benchmarks.search import (  # noqa: E402
     add_run_arguments,
     best_so_far,
     merge_parts,
+    skipped_runs,
 )
 from benchmarks.tasks import TASKS, Task  # noqa: E402
 
@@ -501,7 +502,7 @@ def main() -> None:
             sys.exit(f"unknown tasks {bad}; choose from {sorted(TASKS)}")
         ks = [int(k) for k in args.in_flight.split(",")]
         seeds = range(args.seed_offset, args.seed_offset + args.seeds)
-        skipped = [r for f in args.skip for r in json.loads(Path(f).read_text())["runs"]]
+        skipped = skipped_runs(args.skip)
         done = {run_key(r) for r in skipped}
         jobs = [(m, t, args.trials, k, s) for s in seeds for t in tasks for k in ks for m in methods
                 if (m, t, s, k) not in done]

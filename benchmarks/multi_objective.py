@@ -58,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.crowd_search import _Random, durations, simulate  # noqa: E402
 from benchmarks.runner import run_pool  # noqa: E402
-from benchmarks.search import merge_parts  # noqa: E402
+from benchmarks.search import merge_parts, skipped_runs  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("calibo", "optuna_gp", "optuna_tpe", "optuna_nsga2", "random")
@@ -410,7 +410,7 @@ def main() -> None:
         unknown = [m for m in methods if m not in METHODS] + [p for p in problems if p not in PROBLEMS]
         if unknown:
             sys.exit(f"unknown {unknown}: methods {METHODS}, problems {sorted(PROBLEMS)}")
-        skipped = [r for f in args.skip for r in json.loads(Path(f).read_text())["runs"]]
+        skipped = skipped_runs(args.skip)
         done = {run_key(r) for r in skipped}
         seeds = range(args.seed_offset, args.seed_offset + args.seeds)
         jobs = [(m, p, int(k), s, args.trials) for s in seeds for p in problems

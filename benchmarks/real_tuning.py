@@ -49,7 +49,14 @@ from benchmarks.crowd_search import (  # noqa: E402
     run_key,
 )
 from benchmarks.real_tasks import PLATEAU_TASKS, REAL_TASKS  # noqa: E402
-from benchmarks.search import RESULTS, _mean_ranks, add_run_arguments, best_so_far, merge_parts  # noqa: E402
+from benchmarks.search import (  # noqa: E402
+    RESULTS,
+    _mean_ranks,
+    add_run_arguments,
+    best_so_far,
+    merge_parts,
+    skipped_runs,
+)
 from benchmarks.tasks import TASKS  # noqa: E402
 
 METHODS = ("calibo", "optuna_gp", "optuna_tpe", "smac", "confopt", "random")
@@ -170,7 +177,7 @@ def main() -> None:
             sys.exit(f"unknown tasks {bad}; choose from {sorted(REAL_TASKS)}")
         ks = [int(k) for k in args.in_flight.split(",")]
         seeds = range(args.seed_offset, args.seed_offset + args.seeds)
-        skipped = [r for f in args.skip for r in json.loads(Path(f).read_text())["runs"]]
+        skipped = skipped_runs(args.skip)
         done = {run_key(r) for r in skipped}
         jobs = [(m, t, args.trials, k, s) for s in seeds for t in tasks for k in ks for m in methods
                 if (m, t, s, k) not in done and not (m in SEQUENTIAL_ONLY and k != 1)]

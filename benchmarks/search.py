@@ -290,6 +290,11 @@ def add_run_arguments(ap: argparse.ArgumentParser, out: Path) -> None:
     ap.add_argument("--skip", nargs="*", default=[], help="result files whose runs are not repeated")
 
 
+def skipped_runs(files: list[str]) -> list[dict]:
+    """The runs of the result ``files`` given to ``--skip``: not repeated, written with the new ones."""
+    return [r for f in files for r in json.loads(Path(f).read_text())["runs"]]
+
+
 def merge_parts(files: list[str], key, trials: int) -> tuple[list[dict], dict]:
     """The runs of partial result ``files``, later ones winning per ``key(run)``, and the merged meta."""
     parts = [json.loads(Path(f).read_text()) for f in files]
@@ -332,8 +337,7 @@ def main() -> None:
 
         jobs = [(m, t, s) for s in range(args.seed_offset, args.seed_offset + args.seeds)
                 for t in args.tasks.split(",") for m in args.methods.split(",")]
-        done = {(r["method"], r["task"], r["seed"]) for f in args.skip
-                for r in json.loads(Path(f).read_text())["runs"]}
+        done = {(r["method"], r["task"], r["seed"]) for r in skipped_runs(args.skip)}
         jobs = [j for j in jobs if j not in done]
         # longest first keeps the pool busy at the end
         jobs.sort(key=lambda j: (j[0] not in ("confopt", "calibo-qe-obs", "smac"), j))

@@ -76,6 +76,7 @@ from benchmarks.search import (  # noqa: E402
     merge_parts,
     print_final_best,
     sequential_study,
+    skipped_runs,
 )
 from benchmarks.tasks import TASKS  # noqa: E402
 
@@ -274,11 +275,11 @@ def main() -> None:
         combos = grid(args.grid, surs, acqs)
         jobs = [(s, a, t, seed) for seed in range(args.seed_offset, args.seed_offset + args.seeds)
                 for t in tasks for s, a in combos]
-        done = {_key(r) for f in args.skip for r in json.loads(Path(f).read_text())["runs"]}
+        done = {_key(r) for r in skipped_runs(args.skip)}
         jobs = [j for j in jobs if j not in done]
         jobs.sort(key=lambda j: (COST.get(j[0], 9), j[2] not in SLOW_TASKS, j))  # slowest first
         trials = args.trials
-        runs = [r for f in args.skip for r in json.loads(Path(f).read_text())["runs"]]
+        runs = skipped_runs(args.skip)
         with ProcessPoolExecutor(args.workers) as pool:
             futs = {pool.submit(run_one, s, a, t, trials, seed): (s, a, t, seed) for s, a, t, seed in jobs}
             for k, f in enumerate(tqdm(as_completed(futs), total=len(futs), desc="surrogate runs"), 1):
