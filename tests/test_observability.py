@@ -25,6 +25,18 @@ def scrape(c: httpx.Client) -> dict[tuple[str, tuple], float]:
     return out
 
 
+def scrape_until(c: httpx.Client, key: tuple[str, tuple], after: dict | None = None) -> dict[tuple[str, tuple], float]:
+    """Scrape until ``key`` is among the samples: the per-study gauges are read from the database
+    and cached 10 s, so a study's first reading can take one cache period."""
+    after = scrape(c) if after is None else after
+    deadline = time.monotonic() + 30
+    while key not in after:
+        assert time.monotonic() < deadline, f"no sample {key}"
+        time.sleep(1)
+        after = scrape(c)
+    return after
+
+
 def test_metrics_count_what_the_api_did(http: httpx.Client) -> None:
     sid = http.post("/v1/studies", json={"name": unique("obs"), "space": BRANIN, "seed": 1,
                                          "settings": {"n_warmup": 4, "ask_wait_seconds": 30}}).json()["id"]
@@ -46,13 +58,8 @@ def test_metrics_count_what_the_api_did(http: httpx.Client) -> None:
     assert delta("calibo_tells_total", (("state", "failed"),)) >= 1
     assert delta("calibo_http_request_duration_seconds_count", ask_route) >= n + 1
     assert ("calibo_fit_queue_depth", ()) in after
-    # the per-study gauges are read from the database (cached 10 s): wait for a reading with ours
     name = http.get(f"/v1/studies/{sid}").json()["name"]
-    deadline = time.monotonic() + 30
-    while ("calibo_study_coverage", (("nominal", "0.9"), ("study", name))) not in after:
-        assert time.monotonic() < deadline, "no coverage gauge for the study"
-        time.sleep(1)
-        after = scrape(http)
+    after = scrape_until(http, ("calibo_study_coverage", (("nominal", "0.9"), ("study", name))), after)
     cal = http.get(f"/v1/studies/{sid}/calibration").json()
     predicted = [t for t in cal["trials"]]
     covered = [t["intervals"][0]["covered"] for t in predicted]
@@ -75,12 +82,8 @@ def test_metrics_read_each_objective_of_a_multi_objective_study(http: httpx.Clie
             wait_fitted(http, sid, _ + 1)  # every later ask is predicted: records to read
     cal = http.get(f"/v1/studies/{sid}/calibration").json()
     name = http.get(f"/v1/studies/{sid}").json()["name"]
-    deadline = time.monotonic() + 30
-    after = scrape(http)
-    while ("calibo_study_objective_coverage", (("nominal", "0.9"), ("objective", "1"), ("study", name))) not in after:
-        assert time.monotonic() < deadline, "no per-objective coverage gauge for the study"
-        time.sleep(1)
-        after = scrape(http)
+    after = scrape_until(http, ("calibo_study_objective_coverage",
+                                (("nominal", "0.9"), ("objective", "1"), ("study", name))))
     assert 0 < cal["n"] <= 100  # the gauges read the last 100: here all of them, as the view does
     for i, obj in enumerate(cal["objectives"]):
         key = (("nominal", "0.9"), ("objective", str(i)), ("study", name))
