@@ -148,6 +148,9 @@ class Average:
     def predict_scale(self, X: np.ndarray) -> np.ndarray:
         return np.mean([m.predict_scale(X) for m in self.members], axis=0)
 
+    def predict_signal_fraction(self, X: np.ndarray) -> np.ndarray:
+        return np.mean([m.predict_signal_fraction(X) for m in self.members], axis=0)
+
 
 @dataclass
 class ConformalFit:

@@ -60,6 +60,9 @@ class EngineConfig:
     acquisition: str = "logei"  # log expected improvement with Gaussian tails (engine.acquisition)
     warp: str = "yeo-johnson"  # output warp before the fit (engine.warp): none | yeo-johnson
     local_search: int = 5  # best drawn candidates fit's acquisition local search starts from (0: none)
+    # the acquisition scores the objective, not a noisy observation of it: each candidate's calibrated
+    # quantiles narrowed about their median to the surrogate's signal fraction (snapshot.signal)
+    noise_free: bool = True
     adapter: str = "dtaci"  # dtaci | aci | none
     conformal: str = "adaptive"  # adaptive (CV+ then split) | split | cv+ | crossval | jab+ | raw
     shift: str = "none"  # none | fcs: covariate-shift weighted split-rule intervals (engine.shift)
@@ -99,8 +102,9 @@ class EngineConfig:
         if self.shift not in SHIFT_MODES or (self.shift != "none" and self.conformal in ("cv+", "raw")):
             bad("shift", f"must be one of {list(SHIFT_MODES)}; fcs weights split-rule intervals "
                 "(conformal adaptive, split, crossval or jab+), not CV+ or raw ones")
-        if not isinstance(self.split_refit, bool):
-            bad("split_refit", "must be true or false")
+        for flag in ("split_refit", "noise_free"):
+            if not isinstance(getattr(self, flag), bool):
+                bad(flag, "must be true or false")
         if self.warp not in WARPS:
             bad("warp", f"must be one of {list(WARPS)}")
         if self.crowd not in crowd.CROWD_MODES:
@@ -352,10 +356,12 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     def spread(model) -> np.ndarray:
         return model.predict_scale(Xc) if Xc.shape[0] else np.empty(0)
 
-    def outputs(c) -> dict[str, Any]:
+    def outputs(c, objective: bool = True) -> dict[str, Any]:
         """What a snapshot keeps of a conformal fit at the candidates."""
         out = {"raw": f32(quantiles(c.model, cand)), "fold_raw": None, "scale": None, "fold_scale": None,
-               "scores": c.scores, "fold_of": c.fold_of}
+               "scores": c.scores, "fold_of": c.fold_of, "signal": None}
+        if objective and config.noise_free and Xc.shape[0]:
+            out["signal"] = f32(c.model.predict_signal_fraction(Xc))
         if c.fold_models is not None:
             out["fold_raw"] = f32(np.stack([quantiles(m, cand) for m in c.fold_models]))
         if c.scaled:
@@ -372,7 +378,7 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
                   sign=signs[j], warp=None if o.warp.identity else o.warp.to_dict(), **outputs(o.cf))
              for j, o in enumerate(objs, start=1)]
     heads += [Head(kind="constraint", threshold=t, warp=None if o.warp.identity else o.warp.to_dict(),
-                   **outputs(o.cf)) for o, t in zip(cons, thresholds, strict=True)]
+                   **outputs(o.cf, objective=False)) for o, t in zip(cons, thresholds, strict=True)]
     meta = {"device": cf.model.ran_on, "crowd": crowd.fit_info(cf.model, cand, raw, config.crowd)}
     if not warp.identity:
         meta["warp"] = warp.to_dict()
@@ -395,6 +401,7 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
         fold_scale=mine["fold_scale"],
         cal_weight=cal_weight,
         cand_weight=cand_weight,
+        signal=mine["signal"],
         surrogate=config.surrogate,
         fit_seconds=time.perf_counter() - t0,
         meta=meta,
@@ -473,12 +480,18 @@ def _searched(space: SearchSpace, models: Sequence[Any], cand: np.ndarray, U: np
     levels = config.level_grid
     dummy = np.random.default_rng(0)
 
+    narrowed = config.noise_free and (mo is not None or name in acq.IMPROVEMENT)
+
+    def quantiles(model, feats: np.ndarray) -> np.ndarray:  # what select scores (optimizer._scored)
+        Q = model.predict_quantiles(feats)
+        return crowd.narrow(Q, model.predict_signal_fraction(feats)) if narrowed else Q
+
     def score(rows: np.ndarray) -> np.ndarray:
         feats = space.features(rows)
         if mo is not None:
-            sc = mo([m.predict_quantiles(feats) for m in models])
+            sc = mo([quantiles(m, feats) for m in models])
         else:
-            sc = acq.score(name, models[0].predict_quantiles(feats), levels, best=best, rng=dummy,
+            sc = acq.score(name, quantiles(models[0], feats), levels, best=best, rng=dummy,
                            ucb_pair=config.ucb_pair)
         if constraints:
             log_pf = sum(acq.log_prob_below(m.predict_quantiles(feats), levels, t) for m, t in constraints)
@@ -518,6 +531,20 @@ def _with_feasibility(sc: np.ndarray, log_pf: np.ndarray, acquisition: str, any_
     if not likely.any():
         return -log_pf
     return np.where(likely, sc, np.inf)
+
+
+def _scored(Q: np.ndarray, signal: np.ndarray | None) -> np.ndarray:
+    """What an improvement acquisition (``acquisition.IMPROVEMENT``, and the multi-objective ones)
+    scores of calibrated quantiles ``Q``: with the fit's signal fractions
+    (``EngineConfig.noise_free``), ``Q`` narrowed about its median to the objective's own spread.
+
+    The calibrated quantiles cover an *observation*; an improvement is one of the objective. Where
+    the surrogate explains the spread near observed points as noise (a plateau of tied or quantized
+    values), an observation there may land below the best by chance, but the objective does not:
+    scoring the noisy spread makes every new point on a plateau of the best value look like an even
+    chance of improving, and the search stays there. Optuna's GPSampler and BoTorch score the latent
+    function's posterior for the same reason."""
+    return Q if signal is None else crowd.narrow(Q, signal)
 
 
 def _with_running(space: SearchSpace, cand: np.ndarray, pending: Sequence[dict[str, Any]]) -> np.ndarray:
@@ -686,8 +713,11 @@ def select(
     elif busy_keys:  # given candidates may repeat a configuration
         alive &= np.array([k not in busy_keys for k in keys])
     alphas = np.array([s.alpha for s in states], dtype=float)
-    Q = snapshot.bounds.at(alphas)
-    view = crowd.Crowd(config.crowd, snapshot, space, Q, config.diversity * math.sqrt(space.dim))
+    Q = snapshot.bounds.at(alphas)  # what each suggestion's prediction reports, and adapt scores
+    dirs = snapshot.meta.get("directions")
+    narrowed = bool(dirs) or config.acquisition in acq.IMPROVEMENT
+    view = crowd.Crowd(config.crowd, snapshot, space, _scored(Q, snapshot.signal if narrowed else None),
+                       config.diversity * math.sqrt(space.dim))
     if pending:
         view.add(view.rows_of(pend_unit, pend_keys, index))
 
@@ -703,10 +733,9 @@ def select(
                      for h, (Qh, _) in zip(snapshot.heads, heads, strict=True) if h.kind == "constraint")
     any_feasible = snapshot.meta.get("n_feasible", 1) > 0
     acquisition, mo = config.acquisition, None
-    dirs = snapshot.meta.get("directions")
     if dirs:  # several objectives: the first is the snapshot's own outcome, the others its objective heads
         objective = [i for i, h in enumerate(snapshot.heads) if h.kind == "objective"]
-        Qs = [Q] + [heads[i][0] for i in objective]
+        Qs = [view.Q] + [_scored(heads[i][0], snapshot.heads[i].signal) for i in objective]
         warps = [Warp.from_dict(snapshot.meta.get("warp"))] + [Warp.from_dict(snapshot.heads[i].warp) for i in objective]
         mo = _MultiScore(config, [_sign(d) for d in dirs], snapshot.observed_y, snapshot.observed_ok, warps,
                          snapshot.levels, np.random.default_rng([seed, asked, 17]))

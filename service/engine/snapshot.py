@@ -25,9 +25,9 @@ from .space import SearchSpace
 
 FORMAT_VERSION = 1
 _ARRAYS = ("levels", "candidates", "raw", "scores", "fold_raw", "fold_of", "observed", "scale",
-           "fold_scale", "cal_weight", "cand_weight", "observed_y", "observed_ok")
-_FLOAT32 = ("raw", "fold_raw", "scale", "fold_scale")  # per-candidate model outputs
-_HEAD_ARRAYS = ("raw", "scores", "fold_raw", "fold_of", "scale", "fold_scale")
+           "fold_scale", "cal_weight", "cand_weight", "observed_y", "observed_ok", "signal")
+_FLOAT32 = ("raw", "fold_raw", "scale", "fold_scale", "signal")  # per-candidate model outputs
+_HEAD_ARRAYS = ("raw", "scores", "fold_raw", "fold_of", "scale", "fold_scale", "signal")
 
 
 @dataclass
@@ -47,6 +47,7 @@ class Head:
     fold_of: np.ndarray | None = None
     scale: np.ndarray | None = None
     fold_scale: np.ndarray | None = None
+    signal: np.ndarray | None = None  # (N,) an objective head's signal fraction (Snapshot.signal)
     threshold: float = 0.0
     best: float = float("nan")
     sign: float = 1.0
@@ -76,6 +77,10 @@ class Snapshot:
     fold_scale: np.ndarray | None = None  # (K, N), CV+ of a scaled surrogate
     cal_weight: np.ndarray | None = None  # (n_cal,) FCS weight of each score's point (engine.shift)
     cand_weight: np.ndarray | None = None  # (N,) FCS weight of each candidate
+    # (N,) the share of each candidate's predictive spread that is the objective's own, not
+    # observation noise (surrogate.predict_signal_fraction): what the acquisition narrows the
+    # calibrated quantiles by (EngineConfig.noise_free); None: not narrowed
+    signal: np.ndarray | None = None
     surrogate: str = ""
     fit_seconds: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
@@ -176,6 +181,7 @@ class Snapshot:
                 fold_scale=arrays.get("fold_scale"),
                 cal_weight=arrays.get("cal_weight"),
                 cand_weight=arrays.get("cand_weight"),
+                signal=arrays.get("signal"),
                 heads=heads,
                 observed_y=arrays.get("observed_y"),
                 observed_ok=arrays.get("observed_ok"),

@@ -36,6 +36,7 @@ class QuantileSurrogate(Protocol):
 
 
 MIN_SCALE = 1e-6  # floor of a spread estimate, in units of the target's standard deviation
+MIN_SIGNAL = 0.01  # floor of predict_signal_fraction: the objective's spread never vanishes entirely
 
 
 class BaseSurrogate(ABC):
@@ -106,6 +107,18 @@ class BaseSurrogate(ABC):
 
     def _scale(self, X: np.ndarray) -> np.ndarray:
         """(n,) spread of the standardised target: one (plain CQR scores) unless a family is scaled."""
+        return np.ones(X.shape[0])
+
+    def predict_signal_fraction(self, X: np.ndarray) -> np.ndarray:
+        """(n,) the share of the predictive spread that is uncertainty about the objective itself:
+        ``sqrt(1 - v / s^2)`` with ``s`` the predictive sd of an observation and ``v`` the fitted
+        observation noise, in ``[MIN_SIGNAL, 1]``. Ones for families that do not separate a noise
+        term (quantile regressors, forests): their whole spread is taken as the objective's."""
+        if not self.fitted:
+            raise RuntimeError(f"{self.name} surrogate is not fitted")
+        return np.clip(self._signal_fraction(np.asarray(X, dtype=float)), MIN_SIGNAL, 1.0)
+
+    def _signal_fraction(self, X: np.ndarray) -> np.ndarray:
         return np.ones(X.shape[0])
 
     @abstractmethod

@@ -147,6 +147,9 @@ class GPRecal(BaseSurrogate):
         sd2 = self._sd**2
         return k | {"outputscale": k["outputscale"] * sd2, "noise": k["noise"] * sd2}
 
+    def _signal_fraction(self, X: np.ndarray) -> np.ndarray:
+        return self._base._signal_fraction(X)  # the recalibration rescales both shares alike
+
     def predict_moments(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The base GP's (uncalibrated) mean and sd in the target's units."""
         mean, sd = self._base.predict_moments(np.asarray(X, float))

@@ -239,6 +239,11 @@ class MLPEnsemble(_TorchMLP):
     def _scale(self, X: np.ndarray) -> np.ndarray:
         return self._moments(X)[1]
 
+    def _signal_fraction(self, X: np.ndarray) -> np.ndarray:
+        """The ensemble spread's share of the predictive sd (the rest is the out-of-bag noise)."""
+        var = self._members(X).var(axis=0)
+        return np.sqrt(var / (var + self._noise_var))
+
     def predict_members(self, X: np.ndarray) -> np.ndarray:
         """(M, n) member predictions in the target's units; their sd over axis 0 is eq. 3.1's."""
         if not self.fitted:

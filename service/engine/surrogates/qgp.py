@@ -229,6 +229,16 @@ class QGP(BaseSurrogate):
             mean, sd = self._gp.predict(X, return_std=True)
         return mean, np.maximum(sd, 1e-9)
 
+    def _signal_fraction(self, X: np.ndarray) -> np.ndarray:
+        """The latent function's share of the predictive sd (its variance is the predictive one
+        less the white-noise level): near many observations it is small, far from them near 1."""
+        hyper = self.tuned_hyperparameters()
+        if hyper is None:  # a kernel of the caller's without a white-noise term
+            return np.ones(X.shape[0])
+        _, sd = self._moments(X)
+        noise = float(hyper["noise"])
+        return np.sqrt(np.maximum(sd * sd - noise, 0.0)) / sd
+
     def predict_moments(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not self.fitted:
             raise RuntimeError(f"{self.name} surrogate is not fitted")
