@@ -1,0 +1,270 @@
+"""What select costs with two objectives: the engine's EHVI scoring before and after its vectorisation.
+
+A 2-objective ``Optimizer`` (ZDT1 in ``--dim`` dimensions, default 6) is told ``--trials`` (500)
+configurations: half uniform, half pulled towards the Pareto set (``x[1:]`` shrunk), so the front
+holds a few dozen points as a tuned study's does. Its snapshot is fitted once (the default surrogate
+and candidate set, ~2000 rows); then ``optimizer.select`` (count 1) is timed, median over
+``--calls`` (50) calls, with no running trial and with 8 (the configurations a count-8 select
+chooses: the believer conditions on them and scores every candidate again):
+
+* ``before``: the multi-objective scoring as it was (a frozen copy below: ``hvi_2d`` summing over
+  every segment of the front's staircase for every draw, the O(n^2) ``pareto_mask`` loop and the
+  every-pair ``_gap``), patched into ``calibo.engine.multi`` for the call;
+* ``after``: ``calibo.engine.multi`` as it is (binary search on the sorted staircase, one-sort 2-D
+  Pareto mask, binary-search ``_gap``).
+
+Calls alternate between the two so load on the machine falls on both alike. Each seed (study) also
+checks that both choose the same configuration and reports the largest score difference over the
+candidates (Monte Carlo EHVI on the same common random numbers: only rounding may differ).
+
+    python benchmarks/mo_select_cost.py
+    python benchmarks/mo_select_cost.py --seeds 0,1,2 --trials 500 --calls 50
+
+Writes benchmarks/results/mo_select_cost.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PENDING = (0, 8)
+
+
+# ----------------------------------------------------------- before: a frozen copy of the old scoring
+def _old_pareto_mask(Y: np.ndarray) -> np.ndarray:
+    Y = np.asarray(Y, dtype=float)
+    n = Y.shape[0]
+    keep = np.ones(n, dtype=bool)
+    for i in range(n):
+        if not keep[i]:
+            continue
+        dominated = np.all(Y[i] <= Y, axis=1) & np.any(Y[i] < Y, axis=1)
+        same = np.all(Y == Y[i], axis=1)
+        same[: i + 1] = False
+        keep &= ~(dominated | same)
+    return keep
+
+
+def _old_hvi_2d(front: np.ndarray, ref: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    R1, R2 = float(ref[0]), float(ref[1])
+    F = front[np.all(front < ref, axis=1)] if front.size else front.reshape(0, 2)
+    if F.shape[0]:
+        F = F[_old_pareto_mask(F)]
+        F = F[np.argsort(F[:, 0], kind="stable")]
+    xs = np.concatenate([F[:, 0], [R1]]) if F.shape[0] else np.array([R1])
+    heights = np.concatenate([[R2], F[:, 1]]) if F.shape[0] else np.array([R2])
+    lefts = np.concatenate([[-np.inf], F[:, 0]]) if F.shape[0] else np.array([-np.inf])
+    a = np.asarray(a, dtype=float)[..., None]
+    b = np.asarray(b, dtype=float)[..., None]
+    lo = np.maximum(lefts, a)
+    hi = np.minimum(xs, R1)
+    width = np.maximum(hi - lo, 0.0)
+    height = np.maximum(np.minimum(heights, R2) - b, 0.0)
+    return np.sum(width * height, axis=-1)
+
+
+def _old_gap(med: np.ndarray, front: np.ndarray) -> np.ndarray:
+    if front.shape[0] == 0:
+        return np.zeros(med.shape[0])
+    return np.maximum(np.min(np.max(med[:, None, :] - front[None, :, :], axis=2), axis=1), 0.0)
+
+
+def _old_scores(kind, Qs, levels, front, ref, u, weights=None, incumbent=None):
+    from calibo.engine import multi
+
+    N = Qs[0].shape[0]
+    out = np.empty(N)
+    if N == 0:
+        return out
+    lv = np.asarray(levels, dtype=float)
+    mid = np.stack([Q[:, lv.size // 2 - 1: lv.size // 2 + 1].mean(axis=1) for Q in Qs], axis=1)
+    if kind == "ehvi":
+        out[:] = multi.FLOOR + _old_gap(mid, front)
+        corner = np.stack([Q[:, 0] for Q in Qs], axis=1)
+        opt = _old_hvi_2d(front, ref, corner[:, 0], corner[:, 1])
+        take = np.argsort(-opt, kind="stable")[: multi.SCREEN]
+        take = take[opt[take] > 0] if (opt > 0).any() else take
+        draws = [multi.sample(Q[take], lv, u[j]) for j, Q in enumerate(Qs)]
+        e = _old_hvi_2d(front, ref, draws[0], draws[1]).mean(axis=1)
+        pos = e > 0
+        out[take[pos]] = -np.log(e[pos])
+        return out
+    return _NEW["scores"](kind, Qs, levels, front, ref, u, weights, incumbent)  # parego: unchanged
+
+
+_NEW: dict = {}
+
+
+class _Before:
+    """``calibo.engine.multi`` with the old scoring patched in, for the duration of a ``with``."""
+
+    def __enter__(self):
+        from calibo.engine import multi
+
+        _NEW.update(scores=multi.scores, pareto_mask=multi.pareto_mask)
+        multi.scores, multi.pareto_mask = _old_scores, _old_pareto_mask
+        return self
+
+    def __exit__(self, *exc):
+        from calibo.engine import multi
+
+        multi.scores, multi.pareto_mask = _NEW["scores"], _NEW["pareto_mask"]
+        return False
+
+
+# ---------------------------------------------------------------------------------------- the study
+def zdt1(x: np.ndarray) -> list[float]:
+    g = 1.0 + 9.0 * x[1:].mean()
+    return [float(x[0]), float(g * (1.0 - math.sqrt(x[0] / g)))]
+
+
+def study(seed: int, trials: int, dim: int):
+    from calibo.engine import Optimizer
+
+    space = {f"x{i}": {"type": "float", "low": 0.0, "high": 1.0} for i in range(dim)}
+    opt = Optimizer(space, directions=["minimize", "minimize"], seed=seed)
+    rng = np.random.default_rng(seed)
+    for i in range(trials):
+        x = rng.random(dim)
+        if i % 2:  # towards the Pareto set (x[1:] = 0), so the front holds tens of points
+            x[1:] *= rng.random() ** 3
+        opt.tell({f"x{j}": float(x[j]) for j in range(dim)}, zdt1(x))
+    return opt
+
+
+def selector(opt, snap):
+    from calibo.engine.optimizer import select
+
+    observed = [p for p, _ in opt.observations]
+
+    def run(pending: list[dict], count: int = 1):
+        return select(snap, opt.states, opt.space, opt.config, count=count, direction=opt.direction,
+                      seed=opt.seed, asked=len(observed), exclude=observed, pending=pending,
+                      n_observed=len(observed), head_states=opt.objective_states)
+
+    return run
+
+
+def scores_of(opt, snap, pending: list[dict]) -> np.ndarray:
+    """Every candidate's multi-objective score in select's first choice (what its argmin picks from)."""
+    from calibo.engine import optimizer as O
+
+    seen: list[np.ndarray] = []
+    real = O._MultiScore.__call__
+
+    def spy(self, Qs, believed=None):
+        sc = real(self, Qs, believed)
+        seen.append(sc)
+        return sc
+
+    O._MultiScore.__call__ = spy
+    try:
+        selector(opt, snap)(pending)
+    finally:
+        O._MultiScore.__call__ = real
+    return seen[-1]
+
+
+def measure(seed: int, trials: int, dim: int, calls: int) -> dict:
+    from calibo.engine import multi
+
+    opt = study(seed, trials, dim)
+    t = time.perf_counter()
+    snap = opt.snapshot
+    fit_s = time.perf_counter() - t
+    run = selector(opt, snap)
+    crowd = [s.params for s in run([], count=8)]  # what a crowd of 8 workers would be running
+    Y = snap.observed_y
+    out = {"seed": seed, "fit_s": fit_s, "candidates": int(snap.candidates.shape[0]),
+           "front": int(multi.pareto_mask(Y).sum()), "rows": []}
+    for k in PENDING:
+        pending = crowd[:k]
+        after_pick = run(pending)[0].params
+        with _Before():
+            before_pick = run(pending)[0].params
+            sc_before = scores_of(opt, snap, pending)
+        sc_after = scores_of(opt, snap, pending)
+        times = {"before": [], "after": []}
+        for _ in range(calls):
+            for name in ("before", "after"):
+                if name == "before":
+                    with _Before():
+                        t = time.perf_counter()
+                        run(pending)
+                        times[name].append(time.perf_counter() - t)
+                else:
+                    t = time.perf_counter()
+                    run(pending)
+                    times[name].append(time.perf_counter() - t)
+        med = {n: 1e3 * float(np.median(v)) for n, v in times.items()}
+        out["rows"].append({
+            "pending": k,
+            "before_ms": med["before"],
+            "after_ms": med["after"],
+            "speedup": med["before"] / med["after"],
+            "before_p90_ms": 1e3 * float(np.quantile(times["before"], 0.9)),
+            "after_p90_ms": 1e3 * float(np.quantile(times["after"], 0.9)),
+            "same_choice": after_pick == before_pick,
+            "same_argmin": int(np.argmin(sc_before)) == int(np.argmin(sc_after)),
+            "max_abs_score_diff": float(np.max(np.abs(sc_before - sc_after))),
+        })
+    return out
+
+
+def print_table(results: dict) -> None:
+    print(f"{'seed':>4} {'front':>5} {'pend':>4} {'before ms':>10} {'after ms':>9} {'x':>6} {'same':>5} "
+          f"{'max |d score|':>13}")
+    for s in results["studies"]:
+        for r in s["rows"]:
+            print(f"{s['seed']:>4} {s['front']:>5} {r['pending']:>4} {r['before_ms']:>10.2f} {r['after_ms']:>9.2f} "
+                  f"{r['speedup']:>6.1f} {str(r['same_choice']):>5} {r['max_abs_score_diff']:>13.2e}")
+    for k, v in results["summary"].items():
+        print(f"pending {k}: median before {v['before_ms']:.2f} ms, after {v['after_ms']:.2f} ms "
+              f"({v['speedup']:.1f}x); same choice in {v['same_choice']}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", default="0,1,2", help="one study per seed")
+    ap.add_argument("--trials", type=int, default=500, help="told trials per study")
+    ap.add_argument("--dim", type=int, default=6, help="ZDT1's dimension")
+    ap.add_argument("--calls", type=int, default=50, help="timed select calls per variant and cell")
+    ap.add_argument("--out", type=Path, default=RESULTS / "mo_select_cost.json")
+    args = ap.parse_args()
+
+    t0 = time.perf_counter()
+    studies = [measure(int(s), args.trials, args.dim, args.calls) for s in args.seeds.split(",") if s]
+    summary = {}
+    for k in PENDING:
+        rows = [r for s in studies for r in s["rows"] if r["pending"] == k]
+        b = float(np.median([r["before_ms"] for r in rows]))
+        a = float(np.median([r["after_ms"] for r in rows]))
+        summary[str(k)] = {"before_ms": b, "after_ms": a, "speedup": b / a,
+                           "same_choice": f"{sum(r['same_choice'] for r in rows)}/{len(rows)}"}
+    results = {
+        "meta": {"task": f"zdt1-{args.dim}d", "trials": args.trials, "calls": args.calls, "count": 1,
+                 "pending": list(PENDING), "python": platform.python_version(), "numpy": np.__version__,
+                 "machine": platform.machine(), "processor": platform.processor(),
+                 "wall_s": time.perf_counter() - t0},
+        "studies": studies,
+        "summary": summary,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1))
+    print_table(results)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
