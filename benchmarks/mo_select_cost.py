@@ -37,30 +37,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from calibo.engine import multi  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results"
 PENDING = (0, 8)
 
 
 # ----------------------------------------------------------- before: a frozen copy of the old scoring
-def _old_pareto_mask(Y: np.ndarray) -> np.ndarray:
-    Y = np.asarray(Y, dtype=float)
-    n = Y.shape[0]
-    keep = np.ones(n, dtype=bool)
-    for i in range(n):
-        if not keep[i]:
-            continue
-        dominated = np.all(Y[i] <= Y, axis=1) & np.any(Y[i] < Y, axis=1)
-        same = np.all(Y == Y[i], axis=1)
-        same[: i + 1] = False
-        keep &= ~(dominated | same)
-    return keep
-
-
 def _old_hvi_2d(front: np.ndarray, ref: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     R1, R2 = float(ref[0]), float(ref[1])
     F = front[np.all(front < ref, axis=1)] if front.size else front.reshape(0, 2)
     if F.shape[0]:
-        F = F[_old_pareto_mask(F)]
+        F = F[multi.pareto_mask_pairwise(F)]
         F = F[np.argsort(F[:, 0], kind="stable")]
     xs = np.concatenate([F[:, 0], [R1]]) if F.shape[0] else np.array([R1])
     heights = np.concatenate([[R2], F[:, 1]]) if F.shape[0] else np.array([R2])
@@ -81,8 +69,6 @@ def _old_gap(med: np.ndarray, front: np.ndarray) -> np.ndarray:
 
 
 def _old_scores(kind, Qs, levels, front, ref, u, weights=None, incumbent=None):
-    from calibo.engine import multi
-
     N = Qs[0].shape[0]
     out = np.empty(N)
     if N == 0:
@@ -110,15 +96,11 @@ class _Before:
     """``calibo.engine.multi`` with the old scoring patched in, for the duration of a ``with``."""
 
     def __enter__(self):
-        from calibo.engine import multi
-
         _NEW.update(scores=multi.scores, pareto_mask=multi.pareto_mask)
-        multi.scores, multi.pareto_mask = _old_scores, _old_pareto_mask
+        multi.scores, multi.pareto_mask = _old_scores, multi.pareto_mask_pairwise
         return self
 
     def __exit__(self, *exc):
-        from calibo.engine import multi
-
         multi.scores, multi.pareto_mask = _NEW["scores"], _NEW["pareto_mask"]
         return False
 
@@ -177,8 +159,6 @@ def scores_of(opt, snap, pending: list[dict]) -> np.ndarray:
 
 
 def measure(seed: int, trials: int, dim: int, calls: int) -> dict:
-    from calibo.engine import multi
-
     opt = study(seed, trials, dim)
     t = time.perf_counter()
     snap = opt.snapshot

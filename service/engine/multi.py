@@ -36,9 +36,15 @@ def pareto_mask(Y: np.ndarray) -> np.ndarray:
     """(n,) True for the points of ``Y`` (n, m) that no other point dominates (minimisation);
     of equal points, the first is kept."""
     Y = np.asarray(Y, dtype=float)
-    n = Y.shape[0]
-    if Y.ndim == 2 and Y.shape[1] == 2 and n:
+    if Y.ndim == 2 and Y.shape[1] == 2 and Y.shape[0]:
         return _pareto_mask_2d(Y)
+    return pareto_mask_pairwise(Y)
+
+
+def pareto_mask_pairwise(Y: np.ndarray) -> np.ndarray:
+    """``pareto_mask`` for any number of objectives, point by point against all the others."""
+    Y = np.asarray(Y, dtype=float)
+    n = Y.shape[0]
     keep = np.ones(n, dtype=bool)
     for i in range(n):
         if not keep[i]:
