@@ -205,6 +205,7 @@ GRID_NOMINAL = 1.0 - pair_alphas(GRID.level_grid)
 # alpha (adapt before the late-feedback correction); "now": right after the ask, in ask order
 CROWD_ROWS = {
     "default (adaptive+DtACI)": ("default", "dtaci", "late"),
+    "adaptive+ACI": ("default", "aci", "late"),
     "default, late adapt at current alpha": ("default", "dtaci", "current"),
     "(a) default, adapt in ask order": ("default", "dtaci", "now"),
     "(b) default, fresh fit + ask order": ("fresh", "dtaci", "now"),
