@@ -7,9 +7,9 @@ and candidate set, ~2000 rows); then ``optimizer.select`` (count 1) is timed, me
 ``--calls`` (50) calls, with no running trial and with 8 (the configurations a count-8 select
 chooses: the believer conditions on them and scores every candidate again):
 
-* ``before``: the multi-objective scoring as it was (a frozen copy below: ``hvi_2d`` summing over
-  every segment of the front's staircase for every draw, the O(n^2) ``pareto_mask`` loop and the
-  every-pair ``_gap``), patched into ``calibo.engine.multi`` for the call;
+* ``before``: the multi-objective scoring as it was (``multi.scores`` with the old pieces patched
+  in: a frozen copy of ``hvi_2d`` summing over every segment of the front's staircase for every
+  draw, the O(n^2) ``pareto_mask`` loop and the every-pair ``_gap``);
 * ``after``: ``calibo.engine.multi`` as it is (binary search on the sorted staircase, one-sort 2-D
   Pareto mask, binary-search ``_gap``).
 
@@ -68,40 +68,26 @@ def _old_gap(med: np.ndarray, front: np.ndarray) -> np.ndarray:
     return np.maximum(np.min(np.max(med[:, None, :] - front[None, :, :], axis=2), axis=1), 0.0)
 
 
-def _old_scores(kind, Qs, levels, front, ref, u, weights=None, incumbent=None):
-    N = Qs[0].shape[0]
-    out = np.empty(N)
-    if N == 0:
-        return out
-    lv = np.asarray(levels, dtype=float)
-    mid = np.stack([Q[:, lv.size // 2 - 1: lv.size // 2 + 1].mean(axis=1) for Q in Qs], axis=1)
-    if kind == "ehvi":
-        out[:] = multi.FLOOR + _old_gap(mid, front)
-        corner = np.stack([Q[:, 0] for Q in Qs], axis=1)
-        opt = _old_hvi_2d(front, ref, corner[:, 0], corner[:, 1])
-        take = np.argsort(-opt, kind="stable")[: multi.SCREEN]
-        take = take[opt[take] > 0] if (opt > 0).any() else take
-        draws = [multi.sample(Q[take], lv, u[j]) for j, Q in enumerate(Qs)]
-        e = _old_hvi_2d(front, ref, draws[0], draws[1]).mean(axis=1)
-        pos = e > 0
-        out[take[pos]] = -np.log(e[pos])
-        return out
-    return _NEW["scores"](kind, Qs, levels, front, ref, u, weights, incumbent)  # parego: unchanged
-
-
+_PIECES = ("pareto_mask", "_staircase", "_hvi", "_gap")
+# the old pieces in the places of the new: the staircase was not prepared (the old hvi_2d took the
+# front itself), the improvement summed over every segment, the gap compared every front point
+_OLD = {"pareto_mask": multi.pareto_mask_pairwise, "_staircase": lambda front, ref: (front, None),
+        "_hvi": lambda front, _, ref, a, b: _old_hvi_2d(front, ref, a, b), "_gap": _old_gap}
 _NEW: dict = {}
 
 
 class _Before:
-    """``calibo.engine.multi`` with the old scoring patched in, for the duration of a ``with``."""
+    """``calibo.engine.multi`` with the old pieces patched into ``multi.scores``, for a ``with``."""
 
     def __enter__(self):
-        _NEW.update(scores=multi.scores, pareto_mask=multi.pareto_mask)
-        multi.scores, multi.pareto_mask = _old_scores, multi.pareto_mask_pairwise
+        _NEW.update({k: getattr(multi, k) for k in _PIECES})
+        for k in _PIECES:
+            setattr(multi, k, _OLD[k])
         return self
 
     def __exit__(self, *exc):
-        multi.scores, multi.pareto_mask = _NEW["scores"], _NEW["pareto_mask"]
+        for k in _PIECES:
+            setattr(multi, k, _NEW[k])
         return False
 
 
