@@ -75,6 +75,7 @@ from benchmarks.search import (  # noqa: E402
     _mean_ranks,
     add_run_arguments,
     best_so_far,
+    calibo_overrides,
     merge_parts,
     skipped_runs,
 )
@@ -104,19 +105,6 @@ def parse_methods(text: str) -> list[str]:
 
 def is_calibo(method: str) -> bool:
     return method == "calibo" or method.startswith("calibo:")
-
-
-def calibo_overrides(method: str) -> dict[str, Any]:
-    """``calibo`` -> {}; ``calibo:crowd=radius,n_warmup=10`` -> {"crowd": "radius", "n_warmup": 10}."""
-    _, _, spec = method.partition(":")
-    out = {}
-    for item in filter(None, spec.split(",")):
-        key, _, raw = item.partition("=")
-        try:
-            out[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key.strip()] = raw
-    return out
 
 
 class _Calibo:

@@ -32,6 +32,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -54,10 +55,24 @@ def default_method() -> str:
     return f"calibo-{cfg.surrogate}-{cfg.acquisition}"
 
 
+def calibo_overrides(method: str) -> dict[str, Any]:
+    """``calibo`` -> {}; ``calibo:crowd=radius,n_warmup=10`` -> {"crowd": "radius", "n_warmup": 10}."""
+    _, _, spec = method.partition(":")
+    out = {}
+    for item in filter(None, spec.split(",")):
+        key, _, raw = item.partition("=")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip()] = raw
+    return out
+
+
 def calibo_config(method: str) -> dict:
-    """``calibo`` = the engine's defaults; ``calibo-<surrogate>-<acquisition>`` a variant."""
-    if method == "calibo":
-        return {}
+    """``calibo`` = the engine's defaults; ``calibo-<surrogate>-<acquisition>`` a variant, as is
+    ``calibo:key=value[,key=value]`` (engine settings, ``calibo_overrides``)."""
+    if method == "calibo" or method.startswith("calibo:"):
+        return calibo_overrides(method)
     _, sur, acq = method.split("-")
     return {"surrogate": sur, "acquisition": acq}
 
