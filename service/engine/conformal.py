@@ -151,6 +151,9 @@ class Average:
     def predict_signal_fraction(self, X: np.ndarray) -> np.ndarray:
         return np.mean([m.predict_signal_fraction(X) for m in self.members], axis=0)
 
+    def predict_quantiles_and_signal(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.predict_quantiles(X), self.predict_signal_fraction(X)
+
 
 @dataclass
 class ConformalFit:

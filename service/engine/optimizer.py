@@ -358,10 +358,13 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
 
     def outputs(c, objective: bool = True) -> dict[str, Any]:
         """What a snapshot keeps of a conformal fit at the candidates."""
-        out = {"raw": f32(quantiles(c.model, cand)), "fold_raw": None, "scale": None, "fold_scale": None,
+        out = {"raw": None, "fold_raw": None, "scale": None, "fold_scale": None,
                "scores": c.scores, "fold_of": c.fold_of, "signal": None}
         if objective and config.noise_free and Xc.shape[0]:
-            out["signal"] = f32(c.model.predict_signal_fraction(Xc))
+            raw, signal = c.model.predict_quantiles_and_signal(Xc)
+            out["raw"], out["signal"] = f32(raw), f32(signal)
+        else:
+            out["raw"] = f32(quantiles(c.model, cand))
         if c.fold_models is not None:
             out["fold_raw"] = f32(np.stack([quantiles(m, cand) for m in c.fold_models]))
         if c.scaled:
@@ -483,8 +486,9 @@ def _searched(space: SearchSpace, models: Sequence[Any], cand: np.ndarray, U: np
     narrowed = config.noise_free and (mo is not None or name in acq.IMPROVEMENT)
 
     def quantiles(model, feats: np.ndarray) -> np.ndarray:  # what select scores (optimizer._scored)
-        Q = model.predict_quantiles(feats)
-        return crowd.narrow(Q, model.predict_signal_fraction(feats)) if narrowed else Q
+        if not narrowed:
+            return model.predict_quantiles(feats)
+        return crowd.narrow(*model.predict_quantiles_and_signal(feats))
 
     def score(rows: np.ndarray) -> np.ndarray:
         feats = space.features(rows)

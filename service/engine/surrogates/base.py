@@ -121,6 +121,11 @@ class BaseSurrogate(ABC):
     def _signal_fraction(self, X: np.ndarray) -> np.ndarray:
         return np.ones(X.shape[0])
 
+    def predict_quantiles_and_signal(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``predict_quantiles`` and ``predict_signal_fraction`` of the same rows; families whose
+        two come from one prediction (QGP) override it to make that prediction once."""
+        return self.predict_quantiles(X), self.predict_signal_fraction(X)
+
     @abstractmethod
     def _fit(self, X: np.ndarray, z: np.ndarray) -> None:
         """Fit on features ``X`` and the standardised target ``z``."""

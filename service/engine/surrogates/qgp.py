@@ -43,7 +43,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Kernel, Matern, WhiteKernel
 
-from .base import BaseSurrogate
+from .base import MIN_SIGNAL, BaseSurrogate
 
 BACKENDS = ("auto", "sklearn", "torch")
 PRIORS = ("none", "smooth")
@@ -232,12 +232,20 @@ class QGP(BaseSurrogate):
     def _signal_fraction(self, X: np.ndarray) -> np.ndarray:
         """The latent function's share of the predictive sd (its variance is the predictive one
         less the white-noise level): near many observations it is small, far from them near 1."""
+        return self._fraction(self._moments(X)[1])
+
+    def _fraction(self, sd: np.ndarray) -> np.ndarray:
         hyper = self.tuned_hyperparameters()
         if hyper is None:  # a kernel of the caller's without a white-noise term
-            return np.ones(X.shape[0])
-        _, sd = self._moments(X)
-        noise = float(hyper["noise"])
-        return np.sqrt(np.maximum(sd * sd - noise, 0.0)) / sd
+            return np.ones(sd.shape[0])
+        return np.sqrt(np.maximum(sd * sd - float(hyper["noise"]), 0.0)) / sd
+
+    def predict_quantiles_and_signal(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if not self.fitted:
+            raise RuntimeError(f"{self.name} surrogate is not fitted")
+        mean, sd = self._moments(np.asarray(X, dtype=float))  # once, for both
+        q = np.sort(mean[:, None] + sd[:, None] * self._z[None, :], axis=1) * self._sd + self._mu
+        return q, np.clip(self._fraction(sd), MIN_SIGNAL, 1.0)
 
     def predict_moments(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not self.fitted:
