@@ -152,7 +152,9 @@ class Average:
         return np.mean([m.predict_signal_fraction(X) for m in self.members], axis=0)
 
     def predict_quantiles_and_signal(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self.predict_quantiles(X), self.predict_signal_fraction(X)
+        pairs = [m.predict_quantiles_and_signal(X) for m in self.members]  # each member once
+        return (np.sort(np.mean([q for q, _ in pairs], axis=0), axis=1),
+                np.mean([f for _, f in pairs], axis=0))
 
 
 @dataclass

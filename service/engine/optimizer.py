@@ -483,7 +483,7 @@ def _searched(space: SearchSpace, models: Sequence[Any], cand: np.ndarray, U: np
     levels = config.level_grid
     dummy = np.random.default_rng(0)
 
-    narrowed = config.noise_free and (mo is not None or name in acq.IMPROVEMENT)
+    narrowed = _narrows(config, several=mo is not None)
 
     def quantiles(model, feats: np.ndarray) -> np.ndarray:  # what select scores (optimizer._scored)
         if not narrowed:
@@ -535,6 +535,12 @@ def _with_feasibility(sc: np.ndarray, log_pf: np.ndarray, acquisition: str, any_
     if not likely.any():
         return -log_pf
     return np.where(likely, sc, np.inf)
+
+
+def _narrows(config: EngineConfig, several: bool) -> bool:
+    """Whether the acquisition scores the noise-free narrowing (``_scored``): with ``noise_free``,
+    for the improvement acquisitions and for several objectives (EHVI and ParEGO are improvements)."""
+    return config.noise_free and (several or config.acquisition in acq.IMPROVEMENT)
 
 
 def _scored(Q: np.ndarray, signal: np.ndarray | None) -> np.ndarray:
@@ -719,7 +725,7 @@ def select(
     alphas = np.array([s.alpha for s in states], dtype=float)
     Q = snapshot.bounds.at(alphas)  # what each suggestion's prediction reports, and adapt scores
     dirs = snapshot.meta.get("directions")
-    narrowed = bool(dirs) or config.acquisition in acq.IMPROVEMENT
+    narrowed = _narrows(config, several=bool(dirs))
     view = crowd.Crowd(config.crowd, snapshot, space, _scored(Q, snapshot.signal if narrowed else None),
                        config.diversity * math.sqrt(space.dim))
     if pending:

@@ -122,9 +122,16 @@ class BaseSurrogate(ABC):
         return np.ones(X.shape[0])
 
     def predict_quantiles_and_signal(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``predict_quantiles`` and ``predict_signal_fraction`` of the same rows; families whose
-        two come from one prediction (QGP) override it to make that prediction once."""
-        return self.predict_quantiles(X), self.predict_signal_fraction(X)
+        """``predict_quantiles`` and ``predict_signal_fraction`` of the same rows, from one
+        ``_predict_with_signal`` (families whose two come from one prediction make it once)."""
+        if not self.fitted:
+            raise RuntimeError(f"{self.name} surrogate is not fitted")
+        q, frac = self._predict_with_signal(np.asarray(X, dtype=float))
+        return np.sort(q, axis=1) * self._sd + self._mu, np.clip(frac, MIN_SIGNAL, 1.0)
+
+    def _predict_with_signal(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``_predict`` and ``_signal_fraction`` of ``X``."""
+        return self._predict(X), self._signal_fraction(X)
 
     @abstractmethod
     def _fit(self, X: np.ndarray, z: np.ndarray) -> None:

@@ -43,7 +43,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Kernel, Matern, WhiteKernel
 
-from .base import MIN_SIGNAL, BaseSurrogate
+from .base import BaseSurrogate
 
 BACKENDS = ("auto", "sklearn", "torch")
 PRIORS = ("none", "smooth")
@@ -240,12 +240,9 @@ class QGP(BaseSurrogate):
             return np.ones(sd.shape[0])
         return np.sqrt(np.maximum(sd * sd - float(hyper["noise"]), 0.0)) / sd
 
-    def predict_quantiles_and_signal(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if not self.fitted:
-            raise RuntimeError(f"{self.name} surrogate is not fitted")
-        mean, sd = self._moments(np.asarray(X, dtype=float))  # once, for both
-        q = np.sort(mean[:, None] + sd[:, None] * self._z[None, :], axis=1) * self._sd + self._mu
-        return q, np.clip(self._fraction(sd), MIN_SIGNAL, 1.0)
+    def _predict_with_signal(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mean, sd = self._moments(X)  # one posterior evaluation for both
+        return mean[:, None] + sd[:, None] * self._z[None, :], self._fraction(sd)
 
     def predict_moments(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not self.fitted:
