@@ -1,4 +1,4 @@
-"""What select costs with two objectives: the engine's EHVI scoring before and after its vectorisation.
+"""What select costs with several objectives: the engine's scoring before and after it was made cheaper.
 
 A 2-objective ``Optimizer`` (ZDT1 in ``--dim`` dimensions, default 6) is told ``--trials`` (500)
 configurations: half uniform, half pulled towards the Pareto set (``x[1:]`` shrunk), so the front
@@ -13,14 +13,23 @@ chooses: the believer conditions on them and scores every candidate again):
 * ``after``: ``calibo.engine.multi`` as it is (binary search on the sorted staircase, one-sort 2-D
   Pareto mask, binary-search ``_gap``).
 
+With ``--objectives 3`` the study is DTLZ2 (3 objectives, ParEGO) and the two variants are:
+
+* ``before``: ParEGO's Monte Carlo expected improvement for every candidate (a frozen copy of the
+  old ``multi.scores`` branch) and the point-by-point Pareto mask;
+* ``after``: ``calibo.engine.multi`` as it is (the expectation only for the ``SCREEN`` candidates
+  whose optimistic corner improves the scalarisation most, as EHVI screens; the Pareto mask of 3-4
+  objectives in lexicographic order, each standing point dropping the later ones it dominates).
+
 Calls alternate between the two so load on the machine falls on both alike. Each seed (study) also
 checks that both choose the same configuration and reports the largest score difference over the
 candidates (Monte Carlo EHVI on the same common random numbers: only rounding may differ).
 
     python benchmarks/mo_select_cost.py
     python benchmarks/mo_select_cost.py --seeds 0,1,2 --trials 500 --calls 50
+    python benchmarks/mo_select_cost.py --objectives 3   # ParEGO: mo_select_cost_parego.json
 
-Writes benchmarks/results/mo_select_cost.json.
+Writes benchmarks/results/mo_select_cost.json (mo_select_cost_parego.json with 3 objectives).
 """
 
 from __future__ import annotations
@@ -76,18 +85,36 @@ _OLD = {"pareto_mask": multi.pareto_mask_pairwise, "_staircase": lambda front, r
 _NEW: dict = {}
 
 
+_SCORES = multi.scores
+
+
+def _old_scores(kind, Qs, levels, front, ref, u, weights=None, incumbent=None):
+    """ParEGO as it was: the Monte Carlo expectation for every candidate."""
+    if kind != "parego":
+        return _SCORES(kind, Qs, levels, front, ref, u, weights, incumbent)
+    lv = np.asarray(levels, dtype=float)
+    mid = np.stack([Q[:, lv.size // 2 - 1: lv.size // 2 + 1].mean(axis=1) for Q in Qs], axis=1)
+    e = multi.parego([multi.sample(Q, lv, u[j]) for j, Q in enumerate(Qs)], incumbent, weights)
+    out = multi.FLOOR + np.maximum(multi.chebyshev(mid, weights) - incumbent, 0.0)
+    out[e > 0] = -np.log(e[e > 0])
+    return out
+
+
 class _Before:
-    """``calibo.engine.multi`` with the old pieces patched into ``multi.scores``, for a ``with``."""
+    """``calibo.engine.multi`` with the old pieces patched in, for a ``with``: the 2-objective pieces,
+    and ParEGO's unscreened branch of ``multi.scores``."""
 
     def __enter__(self):
         _NEW.update({k: getattr(multi, k) for k in _PIECES})
         for k in _PIECES:
             setattr(multi, k, _OLD[k])
+        multi.scores = _old_scores
         return self
 
     def __exit__(self, *exc):
         for k in _PIECES:
             setattr(multi, k, _NEW[k])
+        multi.scores = _SCORES
         return False
 
 
@@ -97,17 +124,26 @@ def zdt1(x: np.ndarray) -> list[float]:
     return [float(x[0]), float(g * (1.0 - math.sqrt(x[0] / g)))]
 
 
-def study(seed: int, trials: int, dim: int):
+def dtlz2(x: np.ndarray) -> list[float]:
+    g = float(np.sum((x[2:] - 0.5) ** 2))
+    a, b = x[0] * math.pi / 2, x[1] * math.pi / 2
+    return [(1 + g) * math.cos(a) * math.cos(b), (1 + g) * math.cos(a) * math.sin(b), (1 + g) * math.sin(a)]
+
+
+def study(seed: int, trials: int, dim: int, m: int = 2):
     from calibo.engine import Optimizer
 
     space = {f"x{i}": {"type": "float", "low": 0.0, "high": 1.0} for i in range(dim)}
-    opt = Optimizer(space, directions=["minimize", "minimize"], seed=seed)
+    opt = Optimizer(space, directions=["minimize"] * m, seed=seed)
     rng = np.random.default_rng(seed)
     for i in range(trials):
         x = rng.random(dim)
-        if i % 2:  # towards the Pareto set (x[1:] = 0), so the front holds tens of points
-            x[1:] *= rng.random() ** 3
-        opt.tell({f"x{j}": float(x[j]) for j in range(dim)}, zdt1(x))
+        if i % 2:  # towards the Pareto set, so the front holds tens of points
+            if m == 2:
+                x[1:] *= rng.random() ** 3  # ZDT1's: x[1:] = 0
+            else:
+                x[2:] = 0.5 + (x[2:] - 0.5) * rng.random() ** 3  # DTLZ2's: x[2:] = 0.5
+        opt.tell({f"x{j}": float(x[j]) for j in range(dim)}, zdt1(x) if m == 2 else dtlz2(x))
     return opt
 
 
@@ -144,8 +180,8 @@ def scores_of(opt, snap, pending: list[dict]) -> np.ndarray:
     return seen[-1]
 
 
-def measure(seed: int, trials: int, dim: int, calls: int) -> dict:
-    opt = study(seed, trials, dim)
+def measure(seed: int, trials: int, dim: int, calls: int, m: int = 2) -> dict:
+    opt = study(seed, trials, dim, m)
     t = time.perf_counter()
     snap = opt.snapshot
     fit_s = time.perf_counter() - t
@@ -204,13 +240,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="0,1,2", help="one study per seed")
     ap.add_argument("--trials", type=int, default=500, help="told trials per study")
-    ap.add_argument("--dim", type=int, default=6, help="ZDT1's dimension")
+    ap.add_argument("--dim", type=int, default=6, help="the problem's dimension")
+    ap.add_argument("--objectives", type=int, choices=(2, 3), default=2,
+                    help="2: ZDT1 and EHVI; 3: DTLZ2 and ParEGO")
     ap.add_argument("--calls", type=int, default=50, help="timed select calls per variant and cell")
-    ap.add_argument("--out", type=Path, default=RESULTS / "mo_select_cost.json")
+    ap.add_argument("--out", type=Path, default=None, help="default: results/mo_select_cost.json "
+                    "(mo_select_cost_parego.json with 3 objectives)")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = RESULTS / ("mo_select_cost.json" if args.objectives == 2 else "mo_select_cost_parego.json")
 
     t0 = time.perf_counter()
-    studies = [measure(int(s), args.trials, args.dim, args.calls) for s in args.seeds.split(",") if s]
+    studies = [measure(int(s), args.trials, args.dim, args.calls, args.objectives)
+               for s in args.seeds.split(",") if s]
     summary = {}
     for k in PENDING:
         rows = [r for s in studies for r in s["rows"] if r["pending"] == k]
@@ -219,7 +261,8 @@ def main() -> None:
         summary[str(k)] = {"before_ms": b, "after_ms": a, "speedup": b / a,
                            "same_choice": f"{sum(r['same_choice'] for r in rows)}/{len(rows)}"}
     results = {
-        "meta": {"task": f"zdt1-{args.dim}d", "trials": args.trials, "calls": args.calls, "count": 1,
+        "meta": {"task": f"{'zdt1' if args.objectives == 2 else 'dtlz2'}-{args.dim}d",
+                 "acquisition": "ehvi" if args.objectives == 2 else "parego", "trials": args.trials, "calls": args.calls, "count": 1,
                  "pending": list(PENDING), "python": platform.python_version(), "numpy": np.__version__,
                  "machine": platform.machine(), "processor": platform.processor(),
                  "wall_s": time.perf_counter() - t0},

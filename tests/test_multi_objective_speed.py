@@ -1,5 +1,6 @@
-"""The vectorised 2-objective scoring (``engine.multi``) against plain reference computations: the
-Pareto mask by its definition, the hypervolume improvement of a point as a gain in hypervolume and as
+"""The vectorised multi-objective scoring (``engine.multi``) against plain reference computations: the
+Pareto mask by its definition (2 objectives by one sort, 3-4 in lexicographic order), ParEGO's screened expectation
+against the full one, the hypervolume improvement of a point as a gain in hypervolume and as
 the sum over the front's staircase segments, the gap over every front point, and the Monte Carlo
 EHVI scores and select's choice against the segment-by-segment reference on seeded snapshots."""
 
@@ -74,6 +75,18 @@ def test_two_objective_pareto_mask_is_the_definition(grid: bool) -> None:
     Y = np.array([[1.0, 1.0], [1.0, 1.0], [0.5, 2.0], [1.0, 1.0]])  # equal points: the first is kept
     assert multi.pareto_mask(Y).tolist() == [True, False, True, False]
     assert multi.pareto_mask(np.empty((0, 2))).shape == (0,)
+
+
+@pytest.mark.parametrize("m", [3, 4])
+def test_pareto_mask_of_several_objectives_is_the_definition_and_the_loop(m: int) -> None:
+    rng = np.random.default_rng(m)
+    for n in (1, 2, 9, 255, 256, 257, 700):  # across the block boundary
+        grid = n % 2
+        Y = rng.integers(0, 4, size=(n, m)).astype(float) if grid else rng.random((n, m))
+        want = mask_by_definition(Y)
+        np.testing.assert_array_equal(multi.pareto_mask(Y), want)
+        np.testing.assert_array_equal(multi.pareto_mask_pairwise(Y), want)
+    assert multi.pareto_mask(np.empty((0, m))).shape == (0,)
 
 
 @pytest.mark.parametrize("grid", [False, True])
@@ -169,3 +182,36 @@ def test_select_chooses_what_the_reference_scoring_chooses(seed: int, monkeypatc
         assert [p for p, _ in fast[k]] == [p for p, _ in slow[k]]
         for (_, a), (_, b) in zip(fast[k], slow[k], strict=True):
             assert a == pytest.approx(b, rel=1e-9)
+
+
+# ------------------------------------------------------------------ ParEGO (3-4 objectives)
+def parego_unscreened(Qs, levels, u, weights, incumbent) -> np.ndarray:
+    """``multi.scores("parego", ...)`` with the Monte Carlo expectation for every candidate."""
+    lv = np.asarray(levels, float)
+    mid = np.stack([Q[:, lv.size // 2 - 1: lv.size // 2 + 1].mean(axis=1) for Q in Qs], axis=1)
+    out = multi.FLOOR + np.maximum(multi.chebyshev(mid, weights) - incumbent, 0.0)
+    e = multi.parego([multi.sample(Q, lv, u[j]) for j, Q in enumerate(Qs)], incumbent, weights)
+    out[e > 0] = -np.log(e[e > 0])
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_parego_screening_keeps_the_choice_of_the_full_expectation(seed: int) -> None:
+    """ParEGO computes its Monte Carlo expectation only for the SCREEN candidates with the best
+    optimistic corner: their scores are the full computation's, and the choice is the same."""
+    rng = np.random.default_rng(seed)
+    m, N = 3 + seed % 2, int(rng.integers(1000, 2500))
+    Y = rng.random((60, m))
+    front = Y[multi.pareto_mask(Y)]
+    w = multi.simplex_weights(m, rng)
+    inc = float(multi.chebyshev(front, w).min())
+    centres = rng.uniform(0.0, 1.0, size=(N, m))
+    z = (LEVELS - 0.5)[None, :]
+    Qs = [centres[:, j, None] + rng.uniform(0.01, 0.4, size=(N, 1)) * z for j in range(m)]
+    u = multi.uniforms(m, np.random.default_rng([seed, 17]))
+    got = multi.scores("parego", Qs, LEVELS, front, np.ones(m) * 1.1, u, weights=w, incumbent=inc)
+    want = parego_unscreened(Qs, LEVELS, u, w, inc)
+    improving = got < multi.FLOOR
+    assert 0 < improving.sum() <= multi.SCREEN < N
+    np.testing.assert_allclose(got[improving], want[improving], rtol=1e-12)
+    assert int(np.argmin(got)) == int(np.argmin(want))

@@ -38,6 +38,8 @@ def pareto_mask(Y: np.ndarray) -> np.ndarray:
     Y = np.asarray(Y, dtype=float)
     if Y.ndim == 2 and Y.shape[1] == 2 and Y.shape[0]:
         return _pareto_mask_2d(Y)
+    if Y.ndim == 2 and Y.shape[0]:
+        return _pareto_mask_sorted(Y)
     return pareto_mask_pairwise(Y)
 
 
@@ -53,6 +55,23 @@ def pareto_mask_pairwise(Y: np.ndarray) -> np.ndarray:
         same = np.all(Y == Y[i], axis=1)
         same[: i + 1] = False
         keep &= ~(dominated | same)
+    return keep
+
+
+def _pareto_mask_sorted(Y: np.ndarray) -> np.ndarray:
+    """``pareto_mask`` for any number of objectives, in lexicographic order: a point can only be
+    dominated (or equalled) by one before it, so each point still standing drops every later one it
+    dominates or equals, once; the loop runs over the front's points, not over all of them."""
+    idx = np.lexsort((np.arange(Y.shape[0]), *Y.T[::-1]))
+    C = Y[idx]
+    i = 0
+    while i < C.shape[0]:
+        stay = np.any(C < C[i], axis=1)
+        stay[: i + 1] = True
+        idx, C = idx[stay], C[stay]
+        i += 1
+    keep = np.zeros(Y.shape[0], dtype=bool)
+    keep[idx] = True
     return keep
 
 
@@ -219,7 +238,7 @@ def pareto_ranks(Y: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------ the acquisition
-SCREEN = 256  # candidates whose Monte Carlo EHVI is computed, the rest ranked by their optimistic corner
+SCREEN = 256  # candidates whose Monte Carlo expectation is computed, the rest ranked by their medians
 FLOOR = 1e3  # score offset of candidates whose expected improvement is zero (lower is better)
 
 
@@ -252,7 +271,7 @@ def scores(kind: str, Qs: list[np.ndarray], levels: np.ndarray, front: np.ndarra
     (m, S), for the ``SCREEN`` candidates whose optimistic corner (every objective at its lowest
     calibrated quantile) adds the most hypervolume; ``parego``: ``-log`` of the expected improvement
     of the Chebyshev scalarisation with ``weights`` over ``incumbent`` (the best scalarised value
-    observed). A candidate with no expected improvement (or not screened) scores ``FLOOR`` plus how
+    observed), for the ``SCREEN`` candidates whose optimistic corner improves it most. A candidate with no expected improvement (or not screened) scores ``FLOOR`` plus how
     far its medians are from improving, so such candidates still come in a sensible order.
     """
     N = Qs[0].shape[0]
@@ -277,10 +296,15 @@ def scores(kind: str, Qs: list[np.ndarray], levels: np.ndarray, front: np.ndarra
     if kind == "parego":
         if weights is None or incumbent is None:
             raise ValueError("parego needs weights and the incumbent")
-        e = parego([sample(Q, lv, u[j]) for j, Q in enumerate(Qs)], incumbent, weights)
         out[:] = FLOOR + np.maximum(chebyshev(mid, weights) - incumbent, 0.0)
+        # screened as EHVI is: the Monte Carlo expectation only for the SCREEN candidates whose
+        # optimistic corner improves the scalarisation most (it is monotone in every objective)
+        opt = incumbent - chebyshev(np.stack([Q[:, 0] for Q in Qs], axis=1), weights)
+        take = np.argsort(-opt, kind="stable")[:SCREEN]
+        take = take[opt[take] > 0] if (opt > 0).any() else take
+        e = parego([sample(Q[take], lv, u[j]) for j, Q in enumerate(Qs)], incumbent, weights)
         pos = e > 0
-        out[pos] = -np.log(e[pos])
+        out[take[pos]] = -np.log(e[pos])
         return out
     raise ValueError(f"unknown multi-objective acquisition {kind!r}; choose from {MULTI_ACQUISITIONS}")
 
