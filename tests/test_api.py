@@ -151,6 +151,29 @@ def test_malformed_and_wrongly_typed_bodies_are_4xx(http: httpx.Client) -> None:
 
 
 # -------------------------------------------------------------- ask / tell
+def test_a_crowd_can_get_model_based_trials_once_the_warm_up_is_launched(http: httpx.Client) -> None:
+    """With warmup_observed=0.5, 4 of 8 warm-up trials finished and 4 running, a fit runs and the
+    next ask comes from it; with 1 (the default) the study waits for 8 finished."""
+    sids = {}
+    for share in (0.5, 1.0):
+        sid = create(http, settings=FAST | {"n_warmup": 8, "warmup_observed": share, "ask_wait_seconds": 0},
+                     seed=2)["id"]
+        trials = ask(http, sid, 8)
+        assert all(t["prediction"] is None for t in trials)
+        for t in trials[:4]:
+            assert tell(http, sid, t["id"], value=branin(t["params"])).status_code == 200
+        sids[share] = (sid, trials)
+    sid, _ = sids[0.5]
+    assert wait_fitted(http, sid, 4)["fitted_on"] == 4
+    nxt = ask(http, sid)[0]
+    assert nxt["prediction"] is not None and nxt["prediction"]["fitted_on"] == 4
+    sid, trials = sids[1.0]
+    assert ask(http, sid)[0]["prediction"] is None  # 4 finished of the 8 it waits for
+    for t in trials[4:]:
+        assert tell(http, sid, t["id"], value=branin(t["params"])).status_code == 200
+    assert wait_fitted(http, sid, 8)["fitted_on"] == 8
+
+
 def test_sequential_loop_gets_calibrated_predictions_and_adapts(http: httpx.Client) -> None:
     s = create(http, settings=FAST, seed=1)
     sid = s["id"]

@@ -80,6 +80,50 @@ def test_warm_start_is_quasi_random_then_model_based() -> None:
     assert lo < hi
 
 
+def _first_model_based_ask(opt: Optimizer, in_flight: int, trials: int = 30) -> int | None:
+    """Run ``opt`` with ``in_flight`` trials running at all times (oldest told first); the number
+    of the first ask that came with a prediction."""
+    running = opt.ask(in_flight)
+    first = next((i for i, s in enumerate(running) if s.prediction is not None), None)
+    for _ in range(trials):
+        s = running.pop(0)
+        opt.tell(s.params, branin(s.params))
+        new = opt.ask()[0]
+        if first is None and new.prediction is not None:
+            first = opt.asked - 1
+        running.append(new)
+    return first
+
+
+def test_with_trials_in_flight_the_warm_up_can_count_launched_trials() -> None:
+    """By default a crowd of 8 waits for 15 finished trials (22 quasi-random ones launched); with
+    warmup_observed=0.5 it launches the warm-up's 15 points, and the model takes over once 8 have
+    finished. Sequentially the warm-up is the first 15 observations either way."""
+    space = SearchSpace.from_dict(BRANIN_SPACE)
+    assert _first_model_based_ask(Optimizer(BRANIN_SPACE, seed=3, config=FAST), 8) == 22
+    opt = Optimizer(BRANIN_SPACE, seed=3, config=FAST | {"warmup_observed": 0.5})
+    assert _first_model_based_ask(opt, 8) == 15  # trials 0-14 quasi-random, 15 from the model
+    # the warm-up trials are the study's first 15 Sobol points, none skipped
+    launched = [p for p, _ in opt.observations] + [p for p, _ in opt.pending]
+    assert set(space.keys(space.sample(15, 3))) <= set(space.keys(space.to_unit(launched)))
+    for share in (0.5, 1.0):
+        seq = Optimizer(BRANIN_SPACE, seed=3, config=FAST | {"warmup_observed": share})
+        assert _first_model_based_ask(seq, 1) == 15
+
+
+def test_warmed_up_needs_four_observations_and_the_launched_warm_up() -> None:
+    cfg = EngineConfig(n_warmup=15, warmup_observed=0.5)
+    assert not cfg.warmed_up(7, 100) and cfg.warmed_up(8, 7) and not cfg.warmed_up(8, 6)
+    assert cfg.warmed_up(15) and not cfg.warmed_up(14)
+    assert not EngineConfig(n_warmup=15).warmed_up(14, 100)  # the default waits for 15 finished
+    small = EngineConfig(n_warmup=2, warmup_observed=0.5)  # a fit needs 4 observations, whatever the warm-up
+    assert not small.warmed_up(3, 10) and small.warmed_up(4)
+    for bad in (0.0, -0.5, 1.5):
+        with pytest.raises(ConfigError) as e:
+            EngineConfig(warmup_observed=bad)
+        assert e.value.field == "warmup_observed"
+
+
 def test_batch_ask_in_radius_mode_is_distinct_diverse_and_unseen() -> None:
     opt = Optimizer(BRANIN_SPACE, seed=2, config=FAST | {"crowd": "radius", "diversity": 0.05})
     run(opt, branin, 20)

@@ -38,8 +38,10 @@ SETTING_RANGES: dict[str, tuple[float, float]] = {
     "diversity": (0.0, 1.0),  # exclusive at the top
     "n_bootstraps": (2, 100),
     "local_search": (0, 100),
+    "warmup_observed": (0.0, 1.0),  # exclusive at the bottom
 }
-OPEN_RANGES = {"cal_fraction": (True, True), "aci_gamma": (True, True), "diversity": (False, True)}
+OPEN_RANGES = {"cal_fraction": (True, True), "aci_gamma": (True, True), "diversity": (False, True),
+               "warmup_observed": (True, False)}
 INT_SETTINGS = ("n_levels", "n_warmup", "conformalize_from", "split_from", "n_candidates", "top_k",
                 "cv_folds", "dtaci_window", "n_bootstraps", "local_search")
 

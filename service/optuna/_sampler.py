@@ -198,8 +198,9 @@ class CaliboSampler(BaseSampler):
     Args:
         seed: makes the suggestion sequence reproducible (given the same results).
         n_startup_trials: completed trials before the surrogate is used (the engine's
-            ``n_warmup``); until then the relative parameters follow a scrambled Sobol
-            sequence.
+            ``n_warmup``; with ``n_jobs``, ``warmup_observed`` may count running ones:
+            ``EngineConfig.warmed_up``); until then the relative parameters follow a
+            scrambled Sobol sequence.
         surrogate: the engine's surrogate (``qgp`` by default; see ``EngineConfig``).
         acquisition: the engine's acquisition (see ``EngineConfig``).
         settings: any other ``EngineConfig`` setting (``adapter``, ``conformal``, ``crowd``...).
@@ -290,7 +291,7 @@ class CaliboSampler(BaseSampler):
         keys = _constraint_keys(complete)
         cons = [[float(t.constraints[k]) for k in keys] for t in complete] if keys else None
         snap = None
-        if len(observations) >= max(cfg.n_warmup, 4):
+        if cfg.warmed_up(len(observations), len(pending)):
             snap = self._snapshot((study._study_id, sig), enc.space, observations, pending, directions, cons)
         states, heads = self._states((study._study_id, sig), enc, complete, keys, len(directions))
         out = select(snap, states, enc.space, cfg, count=1, direction=direction, seed=self._seed,

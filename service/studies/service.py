@@ -279,7 +279,7 @@ class StudyService:
         if wait <= 0 or self.fits is None or self._inflight[sd.id] > 1:
             return
         n_complete, fitted_on, running = self.storage.progress(sd.id)
-        if running or n_complete < sd.config.n_warmup or fitted_on >= n_complete:
+        if running or not sd.config.warmed_up(n_complete) or fitted_on >= n_complete:
             return
         self.fits.request(sd.id)  # coalesces with a queued one; restarts one lost with a restart
         self.fits.wait(sd.id, n_complete, wait)
@@ -485,10 +485,19 @@ class StudyService:
             self.metrics.told.labels(state).inc()
         feeds = state == "complete" or (state == "pruned" and value is not None and sd.pruner.feed_pruned)
         # with pruned values fed, completed trials undercount the observations: fit_study counts them
-        enough = sd.pruner.feed_pruned or n_complete >= max(sd.config.n_warmup, 4)
+        enough = sd.pruner.feed_pruned or self._warmed_up(sd, n_complete)
         if changed and feeds and enough and self.fits is not None:
             self.fits.request(study_id)
         return view, changed
+
+    def _warmed_up(self, sd: StudyDef, n_complete: int) -> bool:
+        """Whether the study's warm-up is over (``EngineConfig.warmed_up``), so that a finished
+        trial is worth a fit; its running trials are counted only when they could decide it."""
+        if sd.config.warmed_up(n_complete):
+            return True
+        if not sd.config.warmed_up(n_complete, sd.config.n_warmup):  # too few finished, however many run
+            return False
+        return sd.config.warmed_up(n_complete, self.storage.progress(sd.id)[2])
 
     def _tell_in(self, tx: StudyTx, sd: StudyDef, items: list[tuple]) -> list[Any]:
         study_id = sd.id
@@ -591,7 +600,7 @@ class StudyService:
             rows = tx.add_finished(specs, lambda v: sd.better(v, tx.study.best_value))
             views = [trial_view(r) for r in rows]
             n_complete = tx.study.n_complete
-        if any(spec["state"] == "complete" for spec in specs) and n_complete >= max(sd.config.n_warmup, 4) \
+        if any(spec["state"] == "complete" for spec in specs) and self._warmed_up(sd, n_complete) \
                 and self.fits is not None:
             self.fits.request(study_id)
         return views
@@ -629,7 +638,7 @@ class StudyService:
         for lo in range(0, len(specs), MAX_ADDED):
             with self.storage.locked(info.id) as tx:
                 tx.add_finished(specs[lo : lo + MAX_ADDED], lambda v: sd.better(v, tx.study.best_value))
-        if sum(r.state == "complete" for r in rows) >= max(sd.config.n_warmup, 4) and self.fits is not None:
+        if sd.config.warmed_up(sum(r.state == "complete" for r in rows)) and self.fits is not None:
             self.fits.request(info.id)
         return self.storage.get_study(info.id), len(specs)
 

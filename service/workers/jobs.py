@@ -105,7 +105,7 @@ def fit_study(study_id: int, storage: Storage | None = None, save: bool = True) 
     d = inputs.definition
     config = EngineConfig.from_dict(d["config"])
     n = len(inputs.observations)
-    if n < max(config.n_warmup, 4) or n <= inputs.snapshot_n_obs:
+    if not config.warmed_up(n, len(inputs.running)) or n <= inputs.snapshot_n_obs:
         return {"study_id": study_id, "status": "current", "n_obs": inputs.snapshot_n_obs}
     snap = fit(inputs.observations, SearchSpace.from_dict(d["space"]), config, d["direction"], d["seed"],
                device=_device, pending=inputs.running, constraints=inputs.constraints,
