@@ -15,7 +15,8 @@ def run_pool(fn: Callable[..., dict[str, Any]], jobs: Sequence[tuple], workers: 
     """``fn(*job)`` for every job on ``workers`` processes; the runs that finished, in finishing order.
 
     A run that crashes is reported on stderr, not fatal. With ``partial``, every tenth finished run
-    rewrites it with ``{"meta": meta, "runs": [...]}``, so a run cut off still leaves what it did.
+    and the last rewrite it with ``{"meta": meta, "runs": [...]}``, so a run cut off (or a summary
+    that fails) still leaves what it did.
     """
     from tqdm import tqdm
 
@@ -27,6 +28,6 @@ def run_pool(fn: Callable[..., dict[str, Any]], jobs: Sequence[tuple], workers: 
                 runs.append(f.result())
             except Exception as e:  # one run crashing is reported, not fatal
                 print(f"run {futs[f]} failed: {e!r}", file=sys.stderr)
-            if partial is not None and n % 10 == 0:
+            if partial is not None and (n % 10 == 0 or n == len(futs)):
                 partial.write_text(json.dumps({"meta": meta or {}, "runs": runs}))
     return runs
