@@ -248,10 +248,13 @@ def plot(summary: dict, runs: list[dict], trials: int, path: Path) -> None:
             ax.axhline(opt, color="k", ls="--", lw=0.8)
         ax.set_title(f"{t}: mean best-so-far")
         ax.set_xlabel("trial")
-        lo, hi = np.nanpercentile([c for m in summary["mean_rank"] for c in [
-            np.mean([best_so_far(r["values"], TASKS[t].direction, trials) for r in runs
-                     if r["method"] == m and r["task"] == t], axis=0)]], [0, 60])
-        ax.set_ylim(lo - 0.05 * (hi - lo), hi)  # zoom past the first trials
+        curves = [np.mean(cs, axis=0) for m in methods
+                  if (cs := [best_so_far(r["values"], TASKS[t].direction, trials) for r in runs
+                             if r["method"] == m and r["task"] == t])]
+        if curves:  # zoom past the first trials (a run of one method included)
+            lo, hi = np.nanpercentile(np.concatenate(curves), [0, 60])
+            if hi > lo:
+                ax.set_ylim(lo - 0.05 * (hi - lo), hi)
     for ax in axes[len(tasks) + 1:]:
         ax.axis("off")
     from matplotlib.lines import Line2D
