@@ -183,10 +183,10 @@ PROBLEMS: dict[str, Problem] = {
 
 # ------------------------------------------------------------------ methods (ask / tell)
 class _Calibo:
-    def __init__(self, prob: Problem, seed: int) -> None:
+    def __init__(self, prob: Problem, seed: int, settings: dict[str, Any] | None = None) -> None:
         from calibo.engine import Optimizer
 
-        self.opt = Optimizer(prob.space, directions=prob.dirs(), seed=seed)
+        self.opt = Optimizer(prob.space, directions=prob.dirs(), seed=seed, config=settings or None)
 
     def ask(self) -> tuple[Any, dict[str, Any]]:
         s = self.opt.ask()[0]
@@ -239,8 +239,10 @@ def calibration(records: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
 
 
 def make(method: str, prob: Problem, seed: int):
-    if method == "calibo":
-        return _Calibo(prob, seed)
+    if method == "calibo" or method.startswith("calibo:"):  # calibo:key=value[,key=value]: engine settings
+        from benchmarks.search import calibo_overrides
+
+        return _Calibo(prob, seed, calibo_overrides(method))
     if method == "random":
         return _Random(prob, seed, prob.trials)
     return _Optuna(prob, seed, method.removeprefix("optuna_"))
@@ -294,6 +296,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         block = [r for r in runs if r["k"] == k]
         curves = {(r["method"], r["problem"], r["seed"]): hv_curve(r) for r in block}
         methods = [m for m in METHODS if any(mm == m for mm, _, _ in curves)]
+        methods += sorted({m for m, _, _ in curves if m.startswith("calibo:")})  # variants, after the peers
         cells = sorted({(p, s) for _, p, s in curves if all((m, p, s) in curves for m in methods)})
         ranks: dict[str, dict[str, float]] = {}
         for t in AT:
@@ -320,7 +323,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 signs[f"{t}:{peer}"] = {"wins": w, "losses": l_, "ties": ties, "p": float(pv)}
         cal_by_problem: dict[str, list[list[dict[str, Any]]]] = {}  # calibo's calibration, one per run
         for r in block:
-            if r["method"] == "calibo" and r.get("calibration"):
+            if r["method"] == "calibo" and r.get("calibration"):  # the default's (variants: see their runs)
                 cal_by_problem.setdefault(r["problem"], []).append(r["calibration"])
         cal = [c for cs in cal_by_problem.values() for c in cs]
 
@@ -343,19 +346,20 @@ def print_tables(summary: dict[str, Any]) -> None:
         print(f"\n=== {k} in flight: mean rank of the hypervolume over {blk['cells']} problem x seed cells "
               "(1 = largest)")
         cols = list(blk["mean_rank"])
-        print(f"{'method':<14}" + "".join(f"{'@' + c:>8}" for c in cols) + f"{'ms/trial':>10}")
+        w = max(14, *(len(m) + 1 for m in methods))
+        print(f"{'method':<{w}}" + "".join(f"{'@' + c:>8}" for c in cols) + f"{'ms/trial':>10}")
         for m in methods:
-            print(f"{m:<14}" + "".join(f"{blk['mean_rank'][c][m]:8.2f}" for c in cols)
+            print(f"{m:<{w}}" + "".join(f"{blk['mean_rank'][c][m]:8.2f}" for c in cols)
                   + f"{blk['ms_per_trial'][m]:10.1f}")
         probs = list(next(iter(blk["mean_hv_end"].values())))
         print("\nmean hypervolume at the end (100 trials; dtlz2: 200)")
-        print(f"{'problem':<16}" + "".join(f"{m:>14}" for m in methods))
+        print(f"{'problem':<16}" + "".join(f"{m:>{w}}" for m in methods))
         for p in probs:
-            print(f"{p:<16}" + "".join(f"{blk['mean_hv_end'][m][p]:14.5g}" for m in methods))
+            print(f"{p:<16}" + "".join(f"{blk['mean_hv_end'][m][p]:{w}.5g}" for m in methods))
         print("\nsign tests, calibo against each peer (wins/losses/ties, two-sided binomial p)")
         for key, r in blk["sign_tests"].items():
-            t, peer = key.split(":")
-            print(f"  @{t:<4} vs {peer:<14} {r['wins']:>3}/{r['losses']:<3}/{r['ties']:<3} p={r['p']:.3g}")
+            t, _, peer = key.partition(":")
+            print(f"  @{t:<4} vs {peer:<{w}} {r['wins']:>3}/{r['losses']:<3}/{r['ties']:<3} p={r['p']:.3g}")
         gaps = blk["calibo_calibration_gap"]
         if gaps:
             print("calibo per-objective calibration gap (mean |coverage - nominal|, conformalized): "
@@ -407,7 +411,8 @@ def main() -> None:
     else:
         methods = args.methods.split(",")
         problems = args.problems.split(",")
-        unknown = [m for m in methods if m not in METHODS] + [p for p in problems if p not in PROBLEMS]
+        unknown = [m for m in methods if m not in METHODS and not m.startswith("calibo:")]
+        unknown += [p for p in problems if p not in PROBLEMS]
         if unknown:
             sys.exit(f"unknown {unknown}: methods {METHODS}, problems {sorted(PROBLEMS)}")
         skipped = skipped_runs(args.skip)
