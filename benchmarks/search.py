@@ -238,19 +238,18 @@ def plot(summary: dict, runs: list[dict], trials: int, path: Path) -> None:
     axes[0].set_xlabel("trial")
     for k, t in enumerate(tasks):
         ax = axes[k + 1]
+        curves = []
         for m in methods:
             cs = [best_so_far(r["values"], TASKS[t].direction, trials) for r in runs
                   if r["method"] == m and r["task"] == t]
             if cs:
-                ax.plot(x, np.mean(cs, axis=0), color=colors[m], lw=2.5 if m == summary["default"] else 1.0)
+                curves.append(np.mean(cs, axis=0))
+                ax.plot(x, curves[-1], color=colors[m], lw=2.5 if m == summary["default"] else 1.0)
         opt = TASKS[t].optimum
         if opt is not None:
             ax.axhline(opt, color="k", ls="--", lw=0.8)
         ax.set_title(f"{t}: mean best-so-far")
         ax.set_xlabel("trial")
-        curves = [np.mean(cs, axis=0) for m in methods
-                  if (cs := [best_so_far(r["values"], TASKS[t].direction, trials) for r in runs
-                             if r["method"] == m and r["task"] == t])]
         if curves:  # zoom past the first trials (a run of one method included)
             lo, hi = np.nanpercentile(np.concatenate(curves), [0, 60])
             if hi > lo:

@@ -36,15 +36,14 @@ def pareto_mask(Y: np.ndarray) -> np.ndarray:
     """(n,) True for the points of ``Y`` (n, m) that no other point dominates (minimisation);
     of equal points, the first is kept."""
     Y = np.asarray(Y, dtype=float)
-    if Y.ndim == 2 and Y.shape[1] == 2 and Y.shape[0]:
-        return _pareto_mask_2d(Y)
-    if Y.ndim == 2 and Y.shape[0]:
-        return _pareto_mask_sorted(Y)
-    return pareto_mask_pairwise(Y)
+    if Y.shape[0] == 0:
+        return np.zeros(0, dtype=bool)
+    return _pareto_mask_2d(Y) if Y.shape[1] == 2 else _pareto_mask_sorted(Y)
 
 
 def pareto_mask_pairwise(Y: np.ndarray) -> np.ndarray:
-    """``pareto_mask`` for any number of objectives, point by point against all the others."""
+    """``pareto_mask`` for any number of objectives, point by point against all the others (the
+    plain computation the faster masks are checked and timed against)."""
     Y = np.asarray(Y, dtype=float)
     n = Y.shape[0]
     keep = np.ones(n, dtype=bool)
@@ -262,6 +261,20 @@ def _gap(med: np.ndarray, front: np.ndarray) -> np.ndarray:
     return np.maximum(d.min(axis=1), 0.0)
 
 
+def _screened(optimistic: np.ndarray) -> np.ndarray:
+    """Rows of the ``SCREEN`` candidates whose optimistic corner gains most (of those that gain
+    anything, when any does): the ones whose Monte Carlo expectation is computed."""
+    take = np.argsort(-optimistic, kind="stable")[:SCREEN]
+    return take[optimistic[take] > 0] if (optimistic > 0).any() else take
+
+
+def _scored_by(out: np.ndarray, take: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """``out`` with the rows ``take`` whose ``expected`` improvement is positive scored ``-log`` of it."""
+    pos = expected > 0
+    out[take[pos]] = -np.log(expected[pos])
+    return out
+
+
 def scores(kind: str, Qs: list[np.ndarray], levels: np.ndarray, front: np.ndarray, ref: np.ndarray,
            u: np.ndarray, weights: np.ndarray | None = None, incumbent: float | None = None) -> np.ndarray:
     """(N,) lower-is-better scores of candidates whose objectives (minimised, on a common scale) have
@@ -271,8 +284,9 @@ def scores(kind: str, Qs: list[np.ndarray], levels: np.ndarray, front: np.ndarra
     (m, S), for the ``SCREEN`` candidates whose optimistic corner (every objective at its lowest
     calibrated quantile) adds the most hypervolume; ``parego``: ``-log`` of the expected improvement
     of the Chebyshev scalarisation with ``weights`` over ``incumbent`` (the best scalarised value
-    observed), for the ``SCREEN`` candidates whose optimistic corner improves it most. A candidate with no expected improvement (or not screened) scores ``FLOOR`` plus how
-    far its medians are from improving, so such candidates still come in a sensible order.
+    observed), for the ``SCREEN`` candidates whose optimistic corner improves it most. A candidate
+    with no expected improvement (or not screened) scores ``FLOOR`` plus how far its medians are
+    from improving, so such candidates still come in a sensible order.
     """
     N = Qs[0].shape[0]
     out = np.empty(N)
@@ -285,27 +299,17 @@ def scores(kind: str, Qs: list[np.ndarray], levels: np.ndarray, front: np.ndarra
             raise ValueError("ehvi is exact for two objectives; use parego for three or four")
         out[:] = FLOOR + _gap(mid, front)
         xs, ys = _staircase(front, ref)  # once for the corners and the draws
-        opt = _hvi(xs, ys, ref, Qs[0][:, 0], Qs[1][:, 0])
-        take = np.argsort(-opt, kind="stable")[:SCREEN]
-        take = take[opt[take] > 0] if (opt > 0).any() else take
+        take = _screened(_hvi(xs, ys, ref, Qs[0][:, 0], Qs[1][:, 0]))
         draws = [sample(Q[take], lv, u[j]) for j, Q in enumerate(Qs)]
-        e = _hvi(xs, ys, ref, draws[0], draws[1]).mean(axis=1)  # ehvi(draws, front, ref)
-        pos = e > 0
-        out[take[pos]] = -np.log(e[pos])
-        return out
+        return _scored_by(out, take, _hvi(xs, ys, ref, draws[0], draws[1]).mean(axis=1))  # ehvi(draws, ...)
     if kind == "parego":
         if weights is None or incumbent is None:
             raise ValueError("parego needs weights and the incumbent")
         out[:] = FLOOR + np.maximum(chebyshev(mid, weights) - incumbent, 0.0)
-        # screened as EHVI is: the Monte Carlo expectation only for the SCREEN candidates whose
-        # optimistic corner improves the scalarisation most (it is monotone in every objective)
-        opt = incumbent - chebyshev(np.stack([Q[:, 0] for Q in Qs], axis=1), weights)
-        take = np.argsort(-opt, kind="stable")[:SCREEN]
-        take = take[opt[take] > 0] if (opt > 0).any() else take
-        e = parego([sample(Q[take], lv, u[j]) for j, Q in enumerate(Qs)], incumbent, weights)
-        pos = e > 0
-        out[take[pos]] = -np.log(e[pos])
-        return out
+        # the scalarisation is monotone in every objective: the optimistic corner bounds the gain
+        take = _screened(incumbent - chebyshev(np.stack([Q[:, 0] for Q in Qs], axis=1), weights))
+        return _scored_by(out, take, parego([sample(Q[take], lv, u[j]) for j, Q in enumerate(Qs)],
+                                            incumbent, weights))
     raise ValueError(f"unknown multi-objective acquisition {kind!r}; choose from {MULTI_ACQUISITIONS}")
 
 

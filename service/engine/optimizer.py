@@ -152,8 +152,12 @@ class EngineConfig:
         best at 25 trials and a worse one at 100 on the real-tuning benchmark (docs: the warm start).
         A fit needs at least 4 observations.
         """
-        least = max(4, math.ceil(self.warmup_observed * self.n_warmup - 1e-9))
-        return n_observed >= least and n_observed + max(n_running, 0) >= self.n_warmup
+        return n_observed >= self.warmup_least and n_observed + n_running >= self.n_warmup
+
+    @property
+    def warmup_least(self) -> int:
+        """The fewest observations the model takes over from (``warmed_up``), however many run."""
+        return max(4, math.ceil(self.warmup_observed * self.n_warmup - 1e-9))
 
     @property
     def level_grid(self) -> np.ndarray:
@@ -348,9 +352,6 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     rank_y = y if not objs else multi.pareto_ranks(Y).astype(float)
     mo = _MultiScore(config, signs, Y, feasible, [warp] + [o.warp for o in objs], levels, rng) if objs else None
 
-    def quantiles(model, rows: np.ndarray) -> np.ndarray:  # an exhausted small space leaves no candidate
-        return model.predict_quantiles(space.features(rows)) if rows.shape[0] else np.empty((0, levels.size))
-
     if candidates is None:
         cand = candidate_set(space, U, np.where(feasible, rank_y, rank_y + np.ptp(rank_y) + 1.0), rng,
                              n_candidates=config.n_candidates, top_k=config.top_k,
@@ -366,6 +367,9 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
         cand = space.snap(candidates)
     Xc = space.features(cand)
 
+    def quantiles(model) -> np.ndarray:  # an exhausted small space leaves no candidate
+        return model.predict_quantiles(Xc) if Xc.shape[0] else np.empty((0, levels.size))
+
     def f32(a: np.ndarray) -> np.ndarray:  # what storage keeps, so stored == in-memory
         return a.astype(np.float32).astype(np.float64)
 
@@ -380,9 +384,9 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
             raw, signal = c.model.predict_quantiles_and_signal(Xc)
             out["raw"], out["signal"] = f32(raw), f32(signal)
         else:
-            out["raw"] = f32(quantiles(c.model, cand))
+            out["raw"] = f32(quantiles(c.model))
         if c.fold_models is not None:
-            out["fold_raw"] = f32(np.stack([quantiles(m, cand) for m in c.fold_models]))
+            out["fold_raw"] = f32(np.stack([quantiles(m) for m in c.fold_models]))
         if c.scaled:
             out["scale"] = f32(spread(c.model))
             if c.fold_models is not None:

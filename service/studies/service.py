@@ -492,12 +492,10 @@ class StudyService:
 
     def _warmed_up(self, sd: StudyDef, n_complete: int) -> bool:
         """Whether the study's warm-up is over (``EngineConfig.warmed_up``), so that a finished
-        trial is worth a fit; its running trials are counted only when they could decide it."""
-        if sd.config.warmed_up(n_complete):
-            return True
-        if not sd.config.warmed_up(n_complete, sd.config.n_warmup):  # too few finished, however many run
-            return False
-        return sd.config.warmed_up(n_complete, self.storage.progress(sd.id)[2])
+        trial is worth a fit; its running trials are read only when they could decide it."""
+        cfg = sd.config
+        return cfg.warmed_up(n_complete) or (n_complete >= cfg.warmup_least
+                                             and cfg.warmed_up(n_complete, self.storage.progress(sd.id)[2]))
 
     def _tell_in(self, tx: StudyTx, sd: StudyDef, items: list[tuple]) -> list[Any]:
         study_id = sd.id
