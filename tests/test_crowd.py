@@ -219,3 +219,64 @@ def test_crowd_and_shift_settings_over_http(server: LiveServer) -> None:
             r = create(settings)
             assert r.status_code == 422, r.text
             assert r.json()["error"]["field"].split(".")[-1] == field, r.json()
+
+
+def test_each_objective_is_conditioned_with_its_own_kernel() -> None:
+    """Two objectives, the first a function of x0 only and the second of x1 only: a running point
+    narrows the first objective where x0 is the same and the second where x1 is."""
+    space = SearchSpace.from_dict({f"x{i}": {"type": "float", "low": 0.0, "high": 1.0} for i in range(2)})
+
+    def f(p: dict) -> list[float]:
+        return [float(np.sin(6 * p["x0"]) + p["x0"]), float(np.cos(5 * p["x1"]) + 0.5 * p["x1"])]
+
+    obs = [(p, f(p)) for p in space.from_unit(space.sample(10, 3))]
+    cfg = EngineConfig(n_candidates=400)
+    snap = fit(obs, space, cfg, seed=0, directions=["minimize", "minimize"])
+    (ls1,), (ls2,) = ([k["lengthscale"]] for k in [snap.meta["crowd"]["kernel"],
+                                                    *snap.meta["crowd"]["objective_kernels"]])
+    assert ls1[1] > 10 * ls1[0] and ls2[0] > 10 * ls2[1], "each fit finds its own relevant input"
+    Q = snap.bounds.at(np.array([s.alpha for s in initial_states(cfg)]))
+    view = Crowd("believer", snap, space, Q, 0.05)
+    c = snap.candidates
+    row = int(np.argmin(((c - 0.5) ** 2).sum(1)))
+    view.add([row])
+    s1, s2 = view.shrinks()
+    same_x0 = (np.abs(c[:, 0] - c[row, 0]) < 0.03) & (np.abs(c[:, 1] - c[row, 1]) > 0.4)
+    same_x1 = (np.abs(c[:, 1] - c[row, 1]) < 0.03) & (np.abs(c[:, 0] - c[row, 0]) > 0.4)
+    assert same_x0.any() and same_x1.any()
+    assert s1[same_x0].max() < 0.5 < s2[same_x0].min()
+    assert s2[same_x1].max() < 0.5 < s1[same_x1].min()
+
+
+def test_fits_acquisition_search_is_conditioned_on_the_running_points() -> None:
+    """Two basins; the search climbs into the better one. With the crowd already there (four trials
+    running at its best point), the search of the same fit looks elsewhere too."""
+    space = SearchSpace.from_dict({f"x{i}": {"type": "float", "low": 0.0, "high": 1.0} for i in range(2)})
+    a, b = np.array([0.25, 0.3]), np.array([0.75, 0.7])
+
+    def f(p: dict) -> float:
+        x = np.array([p["x0"], p["x1"]])
+        return float(min(((x - a) ** 2).sum(), ((x - b) ** 2).sum() + 0.01))
+
+    obs = [(p, f(p)) for p in space.from_unit(space.sample(24, 3))]
+    cfg = EngineConfig(n_candidates=300, local_search=6)
+
+    def searched(pending: list[dict]) -> np.ndarray:
+        s = fit(obs, space, cfg, seed=0, pending=pending)
+        drawn = set(space.keys(fit(obs, space, EngineConfig(n_candidates=300, local_search=0), seed=0,
+                                   pending=pending).candidates))
+        return np.array([r for r, k in zip(s.candidates, space.keys(s.candidates), strict=True) if k not in drawn])
+
+    snap = fit(obs, space, cfg, seed=0)
+    running: list[dict] = []
+    for i in range(4):
+        running += [select(snap, initial_states(cfg), space, cfg, asked=24 + i, pending=running)[0].params]
+    P = space.to_unit(running)
+
+    def reach(rows: np.ndarray) -> np.ndarray:  # each searched point's distance to the nearest running one
+        return np.sqrt(((rows[:, None, :] - P[None]) ** 2).sum(2)).min(1)
+
+    alone, crowded = searched([]), searched(running)
+    assert alone.shape[0] and crowded.shape[0]
+    assert reach(alone).max() < 0.05, "unconditioned, every start climbs to where the crowd is"
+    assert reach(crowded).max() > 0.3

@@ -48,6 +48,7 @@ running points and ``N`` candidates with ``F`` features.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -83,16 +84,20 @@ def lipschitz(cand: np.ndarray, med: np.ndarray) -> float:
     return float(slopes.max())
 
 
-def fit_info(model: Any, cand: np.ndarray, raw: np.ndarray, mode: str) -> dict[str, Any]:
+def fit_info(model: Any, cand: np.ndarray, raw: np.ndarray, mode: str,
+             objectives: Sequence[Any] = ()) -> dict[str, Any]:
     """What ``select`` needs to condition on running points in ``mode``, stored as ``meta["crowd"]``.
 
-    The GP kernel costs nothing to keep; the Lipschitz constant (O(N^2), 50 ms at
-    2000 candidates) is computed only where penalisation will read it.
+    The GP kernels cost nothing to keep (``objectives``: the models of a multi-objective study's
+    further objectives, each conditioned with its own kernel); the Lipschitz constant (O(N^2), 50 ms
+    at 2000 candidates) is computed only where penalisation will read it.
     """
     info: dict[str, Any] = {}
     kernel = kernel_of(model)
     if kernel is not None:
         info["kernel"] = kernel
+        if objectives:
+            info["objective_kernels"] = [kernel_of(m) for m in objectives]
     if mode == "penalize" or (mode == "believer" and kernel is None):
         info["lipschitz"] = lipschitz(cand, _median(raw))
     return info
@@ -177,6 +182,17 @@ class Believer:
         return np.sqrt((self.left + self.noise) / self.total)
 
 
+def fantasy_shrink(kernel: dict[str, Any], feats: np.ndarray, raw: np.ndarray, run_feats: np.ndarray,
+                   run_raw: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """(n,) spread factor of the rows ``feats`` (raw quantiles ``raw``) once noisy observations at the
+    running points ``run_feats`` (``run_raw``) are fantasised: the believer for points outside a
+    snapshot's candidate set (fit's acquisition search)."""
+    n = feats.shape[0]
+    b = Believer(kernel, np.vstack([feats, run_feats]), np.vstack([raw, run_raw]), levels)
+    b.add(list(range(n, n + run_feats.shape[0])))
+    return b.shrink()[:n]
+
+
 def narrow(Q: np.ndarray, factor: np.ndarray) -> np.ndarray:
     """Calibrated quantiles narrowed about their median by ``factor`` (N,)."""
     med = _median(Q)[:, None]
@@ -253,6 +269,11 @@ class Crowd:
         self.mode = mode
         self._believer: Believer | None = None
         self._make = (snapshot, space, kernel)
+        # a multi-objective study's further objectives: each conditioned with its own kernel
+        heads = [h for h in (getattr(snapshot, "heads", None) or []) if h.kind == "objective"]
+        kernels = info.get("objective_kernels") or [None] * len(heads)
+        self._objectives = [(k, h.raw) for k, h in zip(kernels, heads, strict=True)]
+        self._objective_believers: list[Believer | None] | None = None
         if mode == "penalize":
             L = info.get("lipschitz")
             if L is None:  # a snapshot fitted before crowd info was stored
@@ -275,12 +296,31 @@ class Crowd:
     def believer(self) -> Believer | None:
         """The GP fantasies, built at the first running point (a sequential select never pays for it)."""
         if self._believer is None and self.mode == "believer":
-            snapshot, space, kernel = self._make
-            if "features" not in snapshot.cache:
-                snapshot.cache["features"] = space.features(self.cand)
-            self._believer = Believer(kernel, snapshot.cache["features"], snapshot.raw, self.levels,
+            snapshot, _, kernel = self._make
+            self._believer = Believer(kernel, self._features(), snapshot.raw, self.levels,
                                       snapshot.cache.setdefault("columns", {}))
         return self._believer
+
+    def _features(self) -> np.ndarray:
+        snapshot, space, _ = self._make
+        if "features" not in snapshot.cache:
+            snapshot.cache["features"] = space.features(self.cand)
+        return snapshot.cache["features"]
+
+    def shrinks(self) -> list[np.ndarray]:
+        """Every objective's spread factor after the fantasies (the first objective's, then each
+        further objective's with its own fitted kernel; one without a kernel takes the first's)."""
+        main = self.believer.shrink()
+        if self._objective_believers is None:
+            snapshot = self._make[0]
+            self._objective_believers = [
+                None if k is None else Believer(k, self._features(), raw, self.levels,
+                                                snapshot.cache.setdefault(f"columns{j}", {}))
+                for j, (k, raw) in enumerate(self._objectives, start=1)]
+            for b in self._objective_believers:
+                if b is not None:
+                    b.add(self.rows)
+        return [main] + [main if b is None else b.shrink() for b in self._objective_believers]
 
     def add(self, rows: list[int]) -> None:
         """Mark the candidates ``rows`` as running (or chosen)."""
@@ -289,6 +329,9 @@ class Crowd:
             return
         if self.mode == "believer":
             self.believer.add(rows)
+            for b in self._objective_believers or ():
+                if b is not None:
+                    b.add(rows)
         elif self.mode == "radius":
             self.near |= (_dist(self.cand, self.cand[rows]) < self.radius).any(axis=1)
 

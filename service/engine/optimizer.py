@@ -358,7 +358,8 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
                              mutation_fraction=config.mutation_fraction)
         if config.local_search and cand.shape[0]:
             extra = _searched(space, [cf.model] + [o.cf.model for o in objs], cand, U, rank_y, feasible, best,
-                              config, [(o.cf.model, t) for o, t in zip(cons, thresholds, strict=True)], mo)
+                              config, [(o.cf.model, t) for o, t in zip(cons, thresholds, strict=True)], mo,
+                              space.to_unit(list(pending)) if pending else None)
             if extra.shape[0]:
                 cand = np.vstack([cand, extra])
         if pending:
@@ -402,7 +403,8 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
              for j, o in enumerate(objs, start=1)]
     heads += [Head(kind="constraint", threshold=t, warp=None if o.warp.identity else o.warp.to_dict(),
                    **outputs(o.cf, objective=False)) for o, t in zip(cons, thresholds, strict=True)]
-    meta = {"device": cf.model.ran_on, "crowd": crowd.fit_info(cf.model, cand, raw, config.crowd)}
+    meta = {"device": cf.model.ran_on,
+            "crowd": crowd.fit_info(cf.model, cand, raw, config.crowd, [o.cf.model for o in objs])}
     if not warp.identity:
         meta["warp"] = warp.to_dict()
     if cons:
@@ -489,9 +491,14 @@ _SEARCHED = {"ts": "mean", "its": "mean", "obs": "mean"}
 
 def _searched(space: SearchSpace, models: Sequence[Any], cand: np.ndarray, U: np.ndarray, y: np.ndarray,
               feasible: np.ndarray, best: float, config: EngineConfig, constraints: Sequence[tuple[Any, float]] = (),
-              mo: _MultiScore | None = None) -> np.ndarray:
+              mo: _MultiScore | None = None, running: np.ndarray | None = None) -> np.ndarray:
     """New candidates from a local search of the acquisition (on the fitted models' raw quantiles;
     ``models``: one per objective, ``mo`` the multi-objective acquisition when there are several).
+
+    ``running``: the unit rows of the trials in flight. With the ``believer`` crowd mode and GP
+    models, the acquisition searched is the one ``select`` will score: conditioned on them
+    (``crowd.fantasy_shrink`` with each objective's own kernel, the running points believed at their
+    medians), so the search climbs to what is still worth asking, not to where the crowd already is.
 
     Starts: the ``config.local_search`` best drawn candidates and the two best (feasible first;
     ``y`` ranks them) observed configurations; each descends the acquisition, weighed by the probability of
@@ -505,18 +512,39 @@ def _searched(space: SearchSpace, models: Sequence[Any], cand: np.ndarray, U: np
 
     narrowed = _narrows(config, several=mo is not None)
 
-    def quantiles(model, feats: np.ndarray) -> np.ndarray:  # what select scores (optimizer._scored)
+    def predicted(model, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The raw quantiles, and what select scores of them (optimizer._scored)."""
         if not narrowed:
-            return model.predict_quantiles(feats)
-        return crowd.narrow(*model.predict_quantiles_and_signal(feats))
+            raw = model.predict_quantiles(feats)
+            return raw, raw
+        raw, signal = model.predict_quantiles_and_signal(feats)
+        return raw, crowd.narrow(raw, signal)
+
+    kernels = [crowd.kernel_of(m) for m in models] if running is not None and len(running) else []
+    if config.crowd != "believer" or not kernels or kernels[0] is None:
+        kernels = []  # select's believer needs the first objective's GP kernel: nothing to condition on
+    if kernels:
+        run_feats = space.features(running)
+        run = [predicted(m, run_feats) for m in models]
+        every = list(range(len(running)))
+        best = crowd.believed_best(best, run[0][1], every)
+        believed = crowd.believed_points([q for _, q in run], every)
+
+    def quantiles(j: int, feats: np.ndarray) -> np.ndarray:
+        raw, Q = predicted(models[j], feats)
+        if not kernels:
+            return Q
+        own = j if kernels[j] is not None else 0  # as select: no kernel of its own, the first's
+        shrink = crowd.fantasy_shrink(kernels[own], feats, raw if own == j else predicted(models[0], feats)[0],
+                                      run_feats, run[own][0], levels)
+        return crowd.narrow(Q, shrink)
 
     def score(rows: np.ndarray) -> np.ndarray:
         feats = space.features(rows)
         if mo is not None:
-            sc = mo([quantiles(m, feats) for m in models])
+            sc = mo([quantiles(j, feats) for j in range(len(models))], believed=believed if kernels else None)
         else:
-            sc = acq.score(name, quantiles(models[0], feats), levels, best=best, rng=dummy,
-                           ucb_pair=config.ucb_pair)
+            sc = acq.score(name, quantiles(0, feats), levels, best=best, rng=dummy, ucb_pair=config.ucb_pair)
         if constraints:
             log_pf = sum(acq.log_prob_below(m.predict_quantiles(feats), levels, t) for m, t in constraints)
             sc = _with_feasibility(sc, log_pf, name, any_feasible=bool(feasible.any()))
@@ -774,10 +802,10 @@ def select(
     def score(Qv: np.ndarray, best: float) -> np.ndarray:
         if mo is None:
             sc = acq.score(config.acquisition, Qv, snapshot.levels, best=best, rng=rng, ucb_pair=config.ucb_pair)
-        else:  # the believer's narrowing (view.scores' Qv) applies to every objective alike
+        else:  # the believer narrows each objective with its own kernel (view.shrinks)
             believer = view.mode == "believer" and bool(view.rows)
-            shrink = view.believer.shrink() if believer else None
-            sc = mo([Qj if shrink is None else crowd.narrow(Qj, shrink) for Qj in Qs],
+            shrinks = view.shrinks() if believer else [None] * len(Qs)
+            sc = mo([Qj if f is None else crowd.narrow(Qj, f) for Qj, f in zip(Qs, shrinks, strict=True)],
                     believed=crowd.believed_points(Qs, view.rows) if believer else None)
         return sc if log_pf is None else _with_feasibility(sc, log_pf, acquisition, any_feasible)
 
