@@ -317,7 +317,9 @@ def merge_parts(files: list[str], key, trials: int) -> tuple[list[dict], dict]:
     parts = [json.loads(Path(f).read_text()) for f in files]
     runs = list({key(r): r for p in parts for r in p["runs"]}.values())
     trials = min(p.get("meta", {}).get("trials", trials) for p in parts)
-    return runs, {"merged": files, "parts": [p.get("meta", {}) for p in parts], "trials": trials}
+    # the parts' file names, not their paths: a result file names nothing outside the repository
+    return runs, {"merged": [Path(f).name for f in files], "parts": [p.get("meta", {}) for p in parts],
+                  "trials": trials}
 
 
 def print_final_best(final_best: dict[str, dict[str, float]], tasks: list[str], head: str, width: int) -> None:
@@ -339,7 +341,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     if args.merge:
-        runs, meta = [], {"merged": args.merge}
+        runs, meta = [], {"merged": [Path(f).name for f in args.merge]}
         for f in args.merge:
             d = json.loads(Path(f).read_text())
             runs.extend(d["runs"])
