@@ -28,7 +28,7 @@ preloaded study:
 
 The throughput study uses the default settings (with other trials running,
 asks never wait). The servers run a frozen copy of ``service/`` and
-``migrations/`` (``--code worktree``, the default, or ``--code head``), so edits
+``migrations/`` (``--code worktree``, the default, ``--code head`` or ``--code <revision>``), so edits
 to the checkout during a run cannot mix code versions; its git commit and a
 hash are recorded. The CPU time of the server's API process, its fit workers,
 PostgreSQL, this process and everything else is recorded per row, so a row
@@ -994,9 +994,10 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=2000, help="calibo's n_candidates")
     ap.add_argument("--server-workers", type=int, default=1, help="calibo serve --workers")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--code", choices=("worktree", "head"), default="worktree",
-                    help="server code to run: the checkout's files as they are at the start (frozen for "
-                    "the whole run), or as committed at HEAD")
+    ap.add_argument("--code", default="worktree",
+                    help="server code to run: worktree (the checkout's files as they are at the start, "
+                    "frozen for the whole run), head (as committed at HEAD) or any git revision, to time "
+                    "a change before and after on one machine")
     ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                     help="combine the rows of earlier result files (a later file's row replaces an earlier "
                     "one of the same system, backend and mode) instead of running")
