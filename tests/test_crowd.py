@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import httpx
@@ -280,3 +281,23 @@ def test_fits_acquisition_search_is_conditioned_on_the_running_points() -> None:
     assert alone.shape[0] and crowded.shape[0]
     assert reach(alone).max() < 0.05, "unconditioned, every start climbs to where the crowd is"
     assert reach(crowded).max() > 0.3
+
+
+@pytest.mark.parametrize("directions", [None, ["minimize", "minimize"]])
+def test_a_restored_optimizer_in_a_crowd_asks_what_the_original_would(directions) -> None:
+    """fit conditions on the trials running when it fits: the state carries them, so a restored
+    optimizer refits the same snapshot although more trials have been asked since."""
+    space = SearchSpace.from_dict({f"x{i}": {"type": "float", "low": 0.0, "high": 1.0} for i in range(2)})
+
+    def f(p: dict):
+        a = (p["x0"] - 0.3) ** 2 + (p["x1"] - 0.6) ** 2
+        return a if directions is None else [a, (p["x0"] - 0.8) ** 2 + p["x1"] ** 2]
+
+    opt = Optimizer(space, seed=4, config=FAST, directions=directions)
+    for _ in range(10):
+        s = opt.ask()[0]
+        opt.tell(s.params, f(s.params))
+    opt.ask(2)  # fitted with none running
+    opt.ask(2)  # the same snapshot, two running
+    again = Optimizer.from_state_dict(json.loads(json.dumps(opt.state_dict())))
+    assert again.ask()[0].params == opt.ask()[0].params

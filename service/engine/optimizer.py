@@ -982,6 +982,9 @@ class Optimizer:
         self.records: list[dict[str, Any]] = []
         self.asked = 0
         self._snapshot: Snapshot | None = None
+        # the running configurations the snapshot was fitted with (fit conditions on them), so that a
+        # restored optimizer refits the same snapshot (state_dict's "fitted_with")
+        self._fitted_with: list[dict[str, Any]] | None = None
         self.timings: dict[str, float] = {"fit": 0.0, "select": 0.0, "adapt": 0.0}
 
     # ----------------------------------------------------------------- ask
@@ -992,8 +995,10 @@ class Optimizer:
             return None
         if self._snapshot is None or self._snapshot.n_obs != n:
             t = time.perf_counter()
+            restored = self._fitted_with if self._snapshot is None else None
+            self._fitted_with = restored if restored is not None else [p for p, _ in self.pending]
             self._snapshot = fit(self.observations, self.space, self.config, self.direction, self.seed,
-                                 pending=[p for p, _ in self.pending],
+                                 pending=self._fitted_with,
                                  constraints=self.constraint_values if self.constraints else None,
                                  directions=self.directions if self.multi else None)
             self.timings["fit"] += time.perf_counter() - t
@@ -1169,6 +1174,9 @@ class Optimizer:
             "failed": self.failed,
             "waiting": self.waiting,
             "pending": [[p, pred] for p, pred in self.pending],
+            # the running configurations the present snapshot was fitted with
+            "fitted_with": (self._fitted_with if self._snapshot is not None
+                            and self._snapshot.n_obs == len(self.observations) else None),
             "states": [state_to_dict(s) for s in self.states],
             "constraint_states": [[state_to_dict(s) for s in hs] for hs in self.constraint_states],
             "objective_states": [[state_to_dict(s) for s in hs] for hs in self.objective_states],
@@ -1186,6 +1194,8 @@ class Optimizer:
         opt.failed = [dict(p) for p in d.get("failed", [])]
         opt.waiting = [dict(p) for p in d.get("waiting", [])]
         opt.pending = [(dict(p), pred) for p, pred in d["pending"]]
+        fitted_with = d.get("fitted_with")
+        opt._fitted_with = None if fitted_with is None else [dict(p) for p in fitted_with]
         opt.states = [state_from_dict(s) for s in d["states"]]
         opt.constraint_states = [[state_from_dict(s) for s in hs] for hs in d.get("constraint_states", [])]
         opt.objective_states = [[state_from_dict(s) for s in hs] for hs in d.get("objective_states", [])]
