@@ -182,15 +182,50 @@ class Believer:
         return np.sqrt((self.left + self.noise) / self.total)
 
 
-def fantasy_shrink(kernel: dict[str, Any], feats: np.ndarray, raw: np.ndarray, run_feats: np.ndarray,
-                   run_raw: np.ndarray, levels: np.ndarray) -> np.ndarray:
+def _fantasy_shrink(kernel: dict[str, Any], feats: np.ndarray, raw: np.ndarray, run_feats: np.ndarray,
+                    run_raw: np.ndarray, levels: np.ndarray) -> np.ndarray:
     """(n,) spread factor of the rows ``feats`` (raw quantiles ``raw``) once noisy observations at the
-    running points ``run_feats`` (``run_raw``) are fantasised: the believer for points outside a
-    snapshot's candidate set (fit's acquisition search)."""
+    running points ``run_feats`` (``run_raw``) are fantasised: ``Believer`` on the rows and the
+    running points together."""
     n = feats.shape[0]
     b = Believer(kernel, np.vstack([feats, run_feats]), np.vstack([raw, run_raw]), levels)
     b.add(list(range(n, n + run_feats.shape[0])))
     return b.shrink()[:n]
+
+
+class Fantasies:
+    """The trials in flight fantasised at points outside a snapshot's candidate set (fit's
+    acquisition search), as ``Crowd`` does for the candidates in select: each objective's spread
+    narrowed with its own kernel (the first objective's narrowing where it has none) and the running
+    points believed at their calibrated medians.
+
+    ``kernels``: each objective's fitted kernel (the first one's must be a GP's); ``run``: each
+    objective's ``(raw, scored)`` quantiles at the running points ``run_feats``."""
+
+    def __init__(self, kernels: Sequence[dict[str, Any] | None], run_feats: np.ndarray,
+                 run: Sequence[tuple[np.ndarray, np.ndarray]], levels: np.ndarray) -> None:
+        self.kernels = list(kernels)
+        self.run_feats = run_feats
+        self.run_raw = [raw for raw, _ in run]
+        self.levels = levels
+        every = list(range(run_feats.shape[0]))
+        self.points = believed_points([q for _, q in run], every)  # (P, m): the kriging believer's
+        self._first = run[0][1], every
+
+    def best(self, best: float) -> float:
+        """The incumbent once every running point is believed at its median (``believed_best``)."""
+        return believed_best(best, *self._first)
+
+    def narrowed(self, feats: np.ndarray, predicted: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+        """Each objective's scored quantiles at the rows ``feats`` (``predicted``: its ``(raw, scored)``
+        there), narrowed by the fantasies."""
+        def shrink(j: int) -> np.ndarray:
+            return _fantasy_shrink(self.kernels[j], feats, predicted[j][0], self.run_feats, self.run_raw[j],
+                                   self.levels)
+
+        first = shrink(0)
+        return [narrow(Q, first if j == 0 or self.kernels[j] is None else shrink(j))
+                for j, (_, Q) in enumerate(predicted)]
 
 
 def narrow(Q: np.ndarray, factor: np.ndarray) -> np.ndarray:
@@ -270,7 +305,7 @@ class Crowd:
         self._believer: Believer | None = None
         self._make = (snapshot, space, kernel)
         # a multi-objective study's further objectives: each conditioned with its own kernel
-        heads = [h for h in (getattr(snapshot, "heads", None) or []) if h.kind == "objective"]
+        heads = [h for h in snapshot.heads if h.kind == "objective"]
         kernels = info.get("objective_kernels") or [None] * len(heads)
         self._objectives = [(k, h.raw) for k, h in zip(kernels, heads, strict=True)]
         self._objective_believers: list[Believer | None] | None = None

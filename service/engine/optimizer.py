@@ -497,7 +497,7 @@ def _searched(space: SearchSpace, models: Sequence[Any], cand: np.ndarray, U: np
 
     ``running``: the unit rows of the trials in flight. With the ``believer`` crowd mode and GP
     models, the acquisition searched is the one ``select`` will score: conditioned on them
-    (``crowd.fantasy_shrink`` with each objective's own kernel, the running points believed at their
+    (``crowd.Fantasies``: each objective with its own kernel, the running points believed at their
     medians), so the search climbs to what is still worth asking, not to where the crowd already is.
 
     Starts: the ``config.local_search`` best drawn candidates and the two best (feasible first;
@@ -520,31 +520,22 @@ def _searched(space: SearchSpace, models: Sequence[Any], cand: np.ndarray, U: np
         raw, signal = model.predict_quantiles_and_signal(feats)
         return raw, crowd.narrow(raw, signal)
 
-    kernels = [crowd.kernel_of(m) for m in models] if running is not None and len(running) else []
-    if config.crowd != "believer" or not kernels or kernels[0] is None:
-        kernels = []  # select's believer needs the first objective's GP kernel: nothing to condition on
-    if kernels:
-        run_feats = space.features(running)
-        run = [predicted(m, run_feats) for m in models]
-        every = list(range(len(running)))
-        best = crowd.believed_best(best, run[0][1], every)
-        believed = crowd.believed_points([q for _, q in run], every)
-
-    def quantiles(j: int, feats: np.ndarray) -> np.ndarray:
-        raw, Q = predicted(models[j], feats)
-        if not kernels:
-            return Q
-        own = j if kernels[j] is not None else 0  # as select: no kernel of its own, the first's
-        shrink = crowd.fantasy_shrink(kernels[own], feats, raw if own == j else predicted(models[0], feats)[0],
-                                      run_feats, run[own][0], levels)
-        return crowd.narrow(Q, shrink)
+    fantasies = None  # select's believer needs the first objective's GP kernel: without it, nothing to condition on
+    if config.crowd == "believer" and running is not None and len(running):
+        kernels = [crowd.kernel_of(m) for m in models]
+        if kernels[0] is not None:
+            run_feats = space.features(running)
+            fantasies = crowd.Fantasies(kernels, run_feats, [predicted(m, run_feats) for m in models], levels)
+            best = fantasies.best(best)
 
     def score(rows: np.ndarray) -> np.ndarray:
         feats = space.features(rows)
+        pred = [predicted(m, feats) for m in models]
+        Qs = [Q for _, Q in pred] if fantasies is None else fantasies.narrowed(feats, pred)
         if mo is not None:
-            sc = mo([quantiles(j, feats) for j in range(len(models))], believed=believed if kernels else None)
+            sc = mo(Qs, believed=None if fantasies is None else fantasies.points)
         else:
-            sc = acq.score(name, quantiles(0, feats), levels, best=best, rng=dummy, ucb_pair=config.ucb_pair)
+            sc = acq.score(name, Qs[0], levels, best=best, rng=dummy, ucb_pair=config.ucb_pair)
         if constraints:
             log_pf = sum(acq.log_prob_below(m.predict_quantiles(feats), levels, t) for m, t in constraints)
             sc = _with_feasibility(sc, log_pf, name, any_feasible=bool(feasible.any()))
