@@ -301,3 +301,27 @@ def test_a_restored_optimizer_in_a_crowd_asks_what_the_original_would(directions
     opt.ask(2)  # the same snapshot, two running
     again = Optimizer.from_state_dict(json.loads(json.dumps(opt.state_dict())))
     assert again.ask()[0].params == opt.ask()[0].params
+
+
+def test_a_restored_optimizer_refits_with_what_runs_once_a_trial_finishes() -> None:
+    """The state's running configurations belong to its snapshot: after a further tell, the restored
+    optimizer refits with the trials running then, as the original does."""
+    space = SearchSpace.from_dict({f"x{i}": {"type": "float", "low": 0.0, "high": 1.0} for i in range(2)})
+
+    def f(p: dict) -> float:
+        return (p["x0"] - 0.3) ** 2 + (p["x1"] - 0.6) ** 2
+
+    opt = Optimizer(space, seed=0, config=FAST)
+    for _ in range(10):
+        s = opt.ask()[0]
+        opt.tell(s.params, f(s.params))
+    opt.ask(2)  # fitted with none running
+    first, _ = opt.ask(2)
+    state = json.loads(json.dumps(opt.state_dict()))
+    # restored and saved again before it refits: the state still says what the snapshot was fitted with
+    twice = Optimizer.from_state_dict(json.loads(json.dumps(Optimizer.from_state_dict(state).state_dict())))
+    assert [s.params for s in twice.ask(3)] == [s.params for s in Optimizer.from_state_dict(state).ask(3)]
+    again = Optimizer.from_state_dict(state)
+    for o in (opt, again):
+        o.tell(first.params, f(first.params))
+    assert [s.params for s in again.ask(3)] == [s.params for s in opt.ask(3)]
