@@ -194,7 +194,7 @@ def test_bad_multi_objective_input_is_refused_naming_the_field() -> None:
         EngineConfig(multi_acquisition="nsga")
     assert e.value.field == "multi_acquisition"
     with pytest.raises(ConfigError) as e:
-        Optimizer(ZDT_SPACE, directions=["minimize"] * 3, multi_acquisition="ehvi")
+        Optimizer(ZDT_SPACE, directions=["minimize"] * 4, multi_acquisition="ehvi")
     assert e.value.field == "multi_acquisition"
     opt = Optimizer(ZDT_SPACE, directions=["minimize", "minimize"])
     s = opt.ask()[0]
@@ -214,3 +214,25 @@ def test_a_multi_objective_snapshot_round_trips_through_storage_bytes() -> None:
     assert back.meta["directions"] == ["minimize", "minimize"]
     np.testing.assert_allclose(back.observed_y, snap.observed_y)
     assert [h.kind for h in back.heads] == ["objective"]
+
+
+def test_three_objective_ehvi_prefers_improving_candidates_and_runs_a_study() -> None:
+    """EHVI over three objectives (asked for; ``auto`` is ParEGO): candidates that add hypervolume
+    come first, by how much, dominated ones after by their distance from the front; and a study runs
+    on it, its predictions saying so."""
+    levels = np.linspace(0.05, 0.95, 10)
+    front = np.array([[0.2, 0.8, 0.5], [0.5, 0.5, 0.5], [0.8, 0.2, 0.5], [0.5, 0.5, 0.2]])
+    ref = np.array([1.1, 1.1, 1.1])
+    centres = np.array([[0.3, 0.3, 0.3], [0.6, 0.6, 0.6], [0.9, 0.9, 0.9], [0.45, 0.45, 0.45]])
+    spread = 0.01 * (levels - 0.5)
+    Qs = [centres[:, j, None] + spread[None, :] for j in range(3)]
+    u = multi.uniforms(3, np.random.default_rng(0))
+    sc = multi.scores("ehvi", Qs, levels, front, ref, u)
+    assert sc[0] < sc[3] < sc[1] < sc[2]
+    assert sc[1] >= multi.FLOOR
+    gain = multi.hvi_3d(front, ref, *centres[[0, 3]].T)
+    assert sc[0] == pytest.approx(-math.log(gain[0]), abs=0.05) and sc[3] == pytest.approx(-math.log(gain[1]), abs=0.05)
+    opt = run(dtlz2, ["minimize"] * 3, 22, 0, multi_acquisition="ehvi", n_warmup=15)
+    batch = opt.ask(3)
+    assert {s.prediction["acquisition"] for s in batch} == {"ehvi"}
+    assert len({tuple(sorted(s.params.items())) for s in batch}) == 3

@@ -107,7 +107,7 @@ def test_values_are_validated_naming_the_field(http: httpx.Client) -> None:
     for body, field in (({"directions": ["minimize"]}, "directions"),
                         ({"directions": ["minimize"] * 5}, "directions"),
                         ({"directions": ["minimize", "up"]}, "directions.1"),
-                        ({"directions": ["minimize"] * 3, "settings": {"multi_acquisition": "ehvi"}},
+                        ({"directions": ["minimize"] * 4, "settings": {"multi_acquisition": "ehvi"}},
                          "settings.multi_acquisition"),
                         ({"directions": ["minimize"] * 2, "settings": {"reference_point": [1.0, 2.0, 3.0]}},
                          "settings.reference_point"),

@@ -113,6 +113,33 @@ def test_hvi_2d_is_the_gain_in_hypervolume_and_the_staircase_sum(grid: bool) -> 
 
 
 @pytest.mark.parametrize("grid", [False, True])
+def test_hvi_3d_is_the_gain_in_hypervolume(grid: bool) -> None:
+    """Three objectives, slab by slab: the gain of every point equals moocore's hypervolume with the
+    point minus without it; ties in every objective, dominated points, points beyond the reference."""
+    moocore = pytest.importorskip("moocore")
+    rng = np.random.default_rng(6)
+
+    def hv(Y: np.ndarray, ref: np.ndarray) -> float:
+        Y = Y[np.all(Y < ref, axis=1)]
+        return float(moocore.hypervolume(Y, ref=ref)) if len(Y) else 0.0
+
+    for n in (0, 1, 4, 25, 70):
+        front = (rng.integers(0, 5, size=(n, 3)) / 4.0) if grid else rng.random((n, 3)) ** 0.5
+        ref = np.array([1.1, 1.2, 1.05]) if not grid else np.array([0.8, 1.0, 1.1])
+        pts = (rng.integers(-1, 6, size=(200, 3)) / 4.0) if grid else rng.uniform(-0.2, 1.3, size=(200, 3))
+        if n:  # on the front's points, and just before them in one objective
+            pts = np.vstack([pts, front, front - [0.0, 0.0, 0.01], front - [0.01, 0.0, 0.0]])
+        gain = multi.hvi_3d(front, ref, pts[:, 0], pts[:, 1], pts[:, 2])
+        base = hv(front, ref)
+        want = np.array([hv(np.vstack([front, p]), ref) - base for p in pts])
+        np.testing.assert_allclose(gain, want, rtol=1e-9, atol=1e-12)
+        assert np.all(gain >= 0)
+    a, b, c = (rng.random((4, 5, 6)) for _ in range(3))  # any shape of draws
+    flat = multi.hvi_3d(front, ref, a.ravel(), b.ravel(), c.ravel())
+    np.testing.assert_array_equal(multi.hvi_3d(front, ref, a, b, c), flat.reshape(a.shape))
+
+
+@pytest.mark.parametrize("grid", [False, True])
 def test_gap_is_the_smallest_over_every_front_point(grid: bool) -> None:
     rng = np.random.default_rng(5)
     for n in (1, 2, 10, 60):

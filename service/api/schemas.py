@@ -213,7 +213,7 @@ StudySettings = create_model(
     surrogate_options=(SurrogateOptions | None, None),
     multi_acquisition=(Literal["auto", "ehvi", "parego"] | None, Field(
         None, description="a multi-objective study's acquisition: auto (default: ehvi for 2 objectives, parego "
-        "for 3-4), ehvi (expected hypervolume improvement, 2 objectives) or parego (random Chebyshev "
+        "for 3-4), ehvi (expected hypervolume improvement, 2 or 3 objectives) or parego (random Chebyshev "
         "scalarisations)")),
     reference_point=(Annotated[list[Real], Field(min_length=2, max_length=MAX_OBJECTIVES)] | None, Field(
         None, description="a multi-objective study's hypervolume reference point, one value per objective in its "

@@ -85,7 +85,7 @@ class EngineConfig:
     dtaci_window: int = 50
     ucb_pair: int = 0  # 0 = the widest interval's optimistic end
     crowd: str = "believer"  # believer | penalize | radius: running points in select (engine.crowd)
-    multi_acquisition: str = "auto"  # several objectives: auto (ehvi for 2, parego for 3-4) | ehvi | parego
+    multi_acquisition: str = "auto"  # several objectives: auto (ehvi for 2, parego for 3-4) | ehvi (2-3) | parego
     reference_point: tuple[float, ...] | None = None  # several objectives: the hypervolume's, in their units
     diversity: float = 0.05  # crowd="radius": exclusion radius, unit-cube distance / sqrt(dim)
     surrogate_options: dict[str, Any] = field(default_factory=dict)
