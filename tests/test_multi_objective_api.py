@@ -83,6 +83,32 @@ def test_a_two_objective_study_asks_tells_and_keeps_its_front(http: httpx.Client
     assert cal["cumulative_coverage"] == cal["objectives"][0]["cumulative_coverage"]
 
 
+def test_a_three_objective_study_can_ask_for_ehvi(http: httpx.Client) -> None:
+    """``multi_acquisition: ehvi`` with three objectives over HTTP: asked trials are scored by EHVI,
+    and the front the study keeps is the non-dominated set of what was told."""
+    s = create(http, space=SPACE, directions=["minimize"] * 3, settings=FAST | {"multi_acquisition": "ehvi"})
+    sid = s["id"]
+
+    def f(p: dict) -> list[float]:
+        x = np.array([p[f"x{i}"] for i in range(3)])
+        g = float((x[2] - 0.5) ** 2)
+        a, b = x[0] * math.pi / 2, x[1] * math.pi / 2
+        return [(1 + g) * math.cos(a) * math.cos(b), (1 + g) * math.cos(a) * math.sin(b), (1 + g) * math.sin(a)]
+
+    told = []
+    for _ in range(FAST["n_warmup"] + 2):
+        (t,) = http.post(f"/v1/studies/{sid}/ask", json={}).json()["trials"]
+        assert tell(http, sid, t, f(t["params"])).status_code == 200
+        told.append(f(t["params"]))
+    wait_fitted(http, sid, len(told))
+    r = http.post(f"/v1/studies/{sid}/ask", json={"count": 2}).json()
+    assert [t["prediction"]["acquisition"] for t in r["trials"]] == ["ehvi", "ehvi"]
+    assert all(len(t["prediction"]["objectives"]) == 3 for t in r["trials"])
+    p = http.get(f"/v1/studies/{sid}/pareto").json()
+    front = moocore.is_nondominated(np.array(told))
+    assert sorted(tuple(t["values"]) for t in p["trials"]) == sorted(map(tuple, np.array(told)[front].tolist()))
+
+
 def test_values_are_validated_naming_the_field(http: httpx.Client) -> None:
     s = mo(http)
     sid = s["id"]
