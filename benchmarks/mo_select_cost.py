@@ -21,13 +21,18 @@ With ``--objectives 3`` the study is DTLZ2 (3 objectives, ParEGO) and the two va
   whose optimistic corner improves the scalarisation most, as EHVI screens; the Pareto mask of 3-4
   objectives in lexicographic order, each standing point dropping the later ones it dominates).
 
-Calls alternate between the two so load on the machine falls on both alike. Each seed (study) also
+With ``--acquisitions parego,ehvi`` (three objectives) the variants are instead the acquisitions
+themselves, selecting from the same snapshot: what a three-objective study pays per ask for asking
+for EHVI (``mo_select_cost_ehvi3.json``).
+
+Calls alternate between the variants so load on the machine falls on all alike. Each seed (study) also
 checks that both choose the same configuration and reports the largest score difference over the
 candidates (Monte Carlo EHVI on the same common random numbers: only rounding may differ).
 
     python benchmarks/mo_select_cost.py
     python benchmarks/mo_select_cost.py --seeds 0,1,2 --trials 500 --calls 50
     python benchmarks/mo_select_cost.py --objectives 3   # ParEGO: mo_select_cost_parego.json
+    python benchmarks/mo_select_cost.py --objectives 3 --acquisitions parego,ehvi --trials 200,500
 
 Writes benchmarks/results/mo_select_cost.json (mo_select_cost_parego.json with 3 objectives).
 """
@@ -224,6 +229,38 @@ def measure(seed: int, trials: int, dim: int, calls: int, m: int = 2) -> dict:
     return out
 
 
+def measure_kinds(seed: int, trials: int, dim: int, calls: int, kinds: list[str], m: int = 3) -> dict:
+    """select's median time under each multi-objective acquisition in ``kinds``, on one snapshot."""
+    import dataclasses
+
+    from calibo.engine.optimizer import select
+
+    opt = study(seed, trials, dim, m)
+    snap = opt.snapshot
+    observed = [p for p, _ in opt.observations]
+
+    def run(kind: str, pending: list[dict], count: int = 1):
+        config = dataclasses.replace(opt.config, multi_acquisition=kind)
+        return select(snap, opt.states, opt.space, config, count=count, direction=opt.direction,
+                      seed=opt.seed, asked=len(observed), exclude=observed, pending=pending,
+                      n_observed=len(observed), head_states=opt.objective_states)
+
+    crowd = [s.params for s in run(kinds[0], [], count=8)]
+    out = {"seed": seed, "trials": trials, "front": int(multi.pareto_mask(snap.observed_y).sum()), "rows": []}
+    for k in PENDING:
+        pending = crowd[:k]
+        times: dict[str, list[float]] = {kind: [] for kind in kinds}
+        for kind in kinds:
+            run(kind, pending)  # once untimed: each kind's first call
+        for _ in range(calls):
+            for kind in kinds:
+                t = time.perf_counter()
+                run(kind, pending)
+                times[kind].append(time.perf_counter() - t)
+        out["rows"].append({"pending": k, **{f"{kind}_ms": 1e3 * float(np.median(v)) for kind, v in times.items()}})
+    return out
+
+
 def print_table(results: dict) -> None:
     print(f"{'seed':>4} {'front':>5} {'pend':>4} {'before ms':>10} {'after ms':>9} {'x':>6} {'same':>5} "
           f"{'max |d score|':>13}")
@@ -239,18 +276,27 @@ def print_table(results: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="0,1,2", help="one study per seed")
-    ap.add_argument("--trials", type=int, default=500, help="told trials per study")
+    ap.add_argument("--trials", default="500", help="told trials per study (with --acquisitions, a comma list)")
     ap.add_argument("--dim", type=int, default=6, help="the problem's dimension")
     ap.add_argument("--objectives", type=int, choices=(2, 3), default=2,
                     help="2: ZDT1 and EHVI; 3: DTLZ2 and ParEGO")
     ap.add_argument("--calls", type=int, default=50, help="timed select calls per variant and cell")
     ap.add_argument("--out", type=Path, default=None, help="default: results/mo_select_cost.json "
-                    "(mo_select_cost_parego.json with 3 objectives)")
+                    "(mo_select_cost_parego.json with 3 objectives, mo_select_cost_ehvi3.json with --acquisitions)")
+    ap.add_argument("--acquisitions", default=None,
+                    help="three objectives: time these acquisitions against each other (e.g. parego,ehvi)")
     args = ap.parse_args()
+    if args.acquisitions:
+        kinds = args.acquisitions.split(",")
+        if args.objectives != 3 or not set(kinds) <= {"parego", "ehvi"}:
+            ap.error("--acquisitions takes parego and/or ehvi, with --objectives 3")
+        compare_acquisitions(args, kinds)
+        return
     if args.out is None:
         args.out = RESULTS / ("mo_select_cost.json" if args.objectives == 2 else "mo_select_cost_parego.json")
 
     t0 = time.perf_counter()
+    args.trials = int(args.trials)
     studies = [measure(int(s), args.trials, args.dim, args.calls, args.objectives)
                for s in args.seeds.split(",") if s]
     summary = {}
@@ -273,6 +319,27 @@ def main() -> None:
     args.out.write_text(json.dumps(results, indent=1))
     print_table(results)
     print(f"wrote {args.out}")
+
+
+def compare_acquisitions(args: argparse.Namespace, kinds: list[str]) -> None:
+    """``--acquisitions``: one study per seed and per --trials value, each kind timed on its snapshot."""
+    t0 = time.perf_counter()
+    out = args.out or RESULTS / "mo_select_cost_ehvi3.json"
+    studies = [measure_kinds(int(s), int(n), args.dim, args.calls, kinds)
+               for n in args.trials.split(",") for s in args.seeds.split(",") if s]
+    print(f"{'seed':>4} {'trials':>6} {'front':>5} {'pend':>4} " + " ".join(f"{k + ' ms':>10}" for k in kinds))
+    for st in studies:
+        for r in st["rows"]:
+            print(f"{st['seed']:>4} {st['trials']:>6} {st['front']:>5} {r['pending']:>4} "
+                  + " ".join(f"{r[k + '_ms']:>10.1f}" for k in kinds))
+    results = {"meta": {"task": f"dtlz2-{args.dim}d", "acquisitions": kinds, "trials": args.trials,
+                        "calls": args.calls, "count": 1, "pending": list(PENDING),
+                        "python": platform.python_version(), "numpy": np.__version__,
+                        "machine": platform.machine(), "wall_s": time.perf_counter() - t0},
+               "studies": studies}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
