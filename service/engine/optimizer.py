@@ -973,10 +973,10 @@ class Optimizer:
         self.records: list[dict[str, Any]] = []
         self.asked = 0
         self._snapshot: Snapshot | None = None
-        # the running configurations the snapshot was fitted with (fit conditions on them): state_dict's
-        # "fitted_with", so that a restored optimizer refits the same snapshot on the same observations
-        self._fitted_with: list[dict[str, Any]] = []
-        self._restored_fit: tuple[int, list[dict[str, Any]]] | None = None  # (observations, fitted_with)
+        # (observations, running configurations) the snapshot was (or, restored, is to be) fitted with:
+        # fit conditions on the running trials, and state_dict's "fitted_with" lets a restored optimizer
+        # refit the same snapshot on the same observations
+        self._fitted_with: tuple[int, list[dict[str, Any]]] | None = None
         self.timings: dict[str, float] = {"fit": 0.0, "select": 0.0, "adapt": 0.0}
 
     # ----------------------------------------------------------------- ask
@@ -987,10 +987,12 @@ class Optimizer:
             return None
         if self._snapshot is None or self._snapshot.n_obs != n:
             t = time.perf_counter()
-            restored, self._restored_fit = self._restored_fit, None
-            self._fitted_with = restored[1] if restored and restored[0] == n else [p for p, _ in self.pending]
+            pending = self._fit_pending()
+            if pending is None:
+                pending = [p for p, _ in self.pending]
+            self._fitted_with = (n, pending)
             self._snapshot = fit(self.observations, self.space, self.config, self.direction, self.seed,
-                                 pending=self._fitted_with,
+                                 pending=pending,
                                  constraints=self.constraint_values if self.constraints else None,
                                  directions=self.directions if self.multi else None)
             self.timings["fit"] += time.perf_counter() - t
@@ -999,11 +1001,8 @@ class Optimizer:
     def _fit_pending(self) -> list[dict[str, Any]] | None:
         """The running configurations the snapshot of the present observations was fitted with (or, in
         a restored optimizer that has not fitted it yet, will be); None when there is none."""
-        n = len(self.observations)
-        if self._snapshot is not None and self._snapshot.n_obs == n:
-            return self._fitted_with
-        if self._restored_fit is not None and self._restored_fit[0] == n:
-            return self._restored_fit[1]
+        if self._fitted_with is not None and self._fitted_with[0] == len(self.observations):
+            return self._fitted_with[1]
         return None
 
     def ask(self, n: int = 1) -> list[Suggestion]:
@@ -1196,7 +1195,7 @@ class Optimizer:
         opt.waiting = [dict(p) for p in d.get("waiting", [])]
         opt.pending = [(dict(p), pred) for p, pred in d["pending"]]
         if d.get("fitted_with") is not None:
-            opt._restored_fit = (len(opt.observations), [dict(p) for p in d["fitted_with"]])
+            opt._fitted_with = (len(opt.observations), [dict(p) for p in d["fitted_with"]])
         opt.states = [state_from_dict(s) for s in d["states"]]
         opt.constraint_states = [[state_from_dict(s) for s in hs] for hs in d.get("constraint_states", [])]
         opt.objective_states = [[state_from_dict(s) for s in hs] for hs in d.get("objective_states", [])]
