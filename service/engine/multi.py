@@ -213,18 +213,9 @@ def _slabs(front: np.ndarray, ref: np.ndarray) -> list[tuple[float, float, np.nd
         F = F[pareto_mask(F)]
         F = F[np.argsort(F[:, 2], kind="stable")]
     edges = np.concatenate([[-np.inf], F[:, 2], [ref[2]]])
-    out = []
-    xs, ys = np.empty(0), np.empty(0)
-    for k in range(F.shape[0] + 1):
-        if k:  # the staircase of F[:k]: F[k-1] joins, the steps it dominates leave (it is dominated by none)
-            x, y = F[k - 1, 0], F[k - 1, 1]
-            if not np.any((xs <= x) & (ys <= y)):
-                keep = ~((xs >= x) & (ys >= y))
-                at = int(np.searchsorted(xs[keep], x))
-                xs, ys = np.insert(xs[keep], at, x), np.insert(ys[keep], at, y)
-        if edges[k + 1] > edges[k]:  # points with equal third objectives enter together
-            out.append((float(edges[k]), float(edges[k + 1]), xs, ys))
-    return out
+    # points with equal third objectives enter together (an empty slab between them is skipped)
+    return [(float(edges[k]), float(edges[k + 1]), *_staircase(F[:k, :2], ref[:2]))
+            for k in range(F.shape[0] + 1) if edges[k + 1] > edges[k]]
 
 
 def _hvi_3d(slabs: list[tuple[float, float, np.ndarray, np.ndarray]], ref: np.ndarray,
