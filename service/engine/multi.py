@@ -301,7 +301,7 @@ def _gap(med: np.ndarray, front: np.ndarray) -> np.ndarray:
     if front.shape[0] == 0:
         return np.zeros(med.shape[0])
     if front.shape[1] != 2 or not pareto_mask(front).all():
-        return np.maximum(np.min(np.max(med[:, None, :] - front[None, :, :], axis=2), axis=1), 0.0)
+        return np.maximum(_epsilon(med, front), 0.0)
     F = front[np.argsort(front[:, 0], kind="stable")]
     i = np.searchsorted(F[:, 0] - F[:, 1], med[:, 0] - med[:, 1], side="left")
     near = np.clip(i[:, None] + np.array([-1, 0, 1]), 0, F.shape[0] - 1)  # the crossing and its neighbours
@@ -309,17 +309,21 @@ def _gap(med: np.ndarray, front: np.ndarray) -> np.ndarray:
     return np.maximum(d.min(axis=1), 0.0)
 
 
+def _epsilon(P: np.ndarray, front: np.ndarray) -> np.ndarray:
+    """(N,) ``min_f max_i (p_i - f_i)`` over a non-empty ``front``, point by point, in (512, n, m) blocks."""
+    out = np.empty(P.shape[0])
+    for lo in range(0, P.shape[0], 512):
+        out[lo:lo + 512] = np.min(np.max(P[lo:lo + 512, None, :] - front[None, :, :], axis=2), axis=1)
+    return out
+
+
 def _margin(P: np.ndarray, front: np.ndarray) -> np.ndarray:
     """(N,) how far each point could worsen in every objective at once and stay undominated by the
-    ``front`` (``-max_f min_i (p_i - f_i)``; negative for a dominated point): a cheap order in which
-    to look for the points that add hypervolume."""
+    ``front`` (``min_f max_i (f_i - p_i)``, the epsilon of ``_gap`` seen from the front; negative for
+    a dominated point): a cheap order in which to look for the points that add hypervolume."""
     if front.shape[0] == 0:
         return np.full(P.shape[0], np.inf)
-    out = np.empty(P.shape[0])
-    for lo in range(0, P.shape[0], 512):  # (512, n, m) blocks
-        d = np.min(P[lo:lo + 512, None, :] - front[None, :, :], axis=2)
-        out[lo:lo + 512] = -d.max(axis=1)
-    return out
+    return _epsilon(-P, -front)
 
 
 def _screened(optimistic: np.ndarray) -> np.ndarray:
