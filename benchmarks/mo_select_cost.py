@@ -152,13 +152,15 @@ def study(seed: int, trials: int, dim: int, m: int = 2):
     return opt
 
 
-def selector(opt, snap):
+def selector(opt, snap, config=None):
+    """select on ``snap`` as ``opt`` would (with ``config`` in place of its own, if given)."""
     from calibo.engine.optimizer import select
 
     observed = [p for p, _ in opt.observations]
+    config = config or opt.config
 
     def run(pending: list[dict], count: int = 1):
-        return select(snap, opt.states, opt.space, opt.config, count=count, direction=opt.direction,
+        return select(snap, opt.states, opt.space, config, count=count, direction=opt.direction,
                       seed=opt.seed, asked=len(observed), exclude=observed, pending=pending,
                       n_observed=len(observed), head_states=opt.objective_states)
 
@@ -233,17 +235,12 @@ def measure_kinds(seed: int, trials: int, dim: int, calls: int, kinds: list[str]
     """select's median time under each multi-objective acquisition in ``kinds``, on one snapshot."""
     import dataclasses
 
-    from calibo.engine.optimizer import select
-
     opt = study(seed, trials, dim, m)
     snap = opt.snapshot
-    observed = [p for p, _ in opt.observations]
+    runs = {kind: selector(opt, snap, dataclasses.replace(opt.config, multi_acquisition=kind)) for kind in kinds}
 
     def run(kind: str, pending: list[dict], count: int = 1):
-        config = dataclasses.replace(opt.config, multi_acquisition=kind)
-        return select(snap, opt.states, opt.space, config, count=count, direction=opt.direction,
-                      seed=opt.seed, asked=len(observed), exclude=observed, pending=pending,
-                      n_observed=len(observed), head_states=opt.objective_states)
+        return runs[kind](pending, count)
 
     crowd = [s.params for s in run(kinds[0], [], count=8)]
     out = {"seed": seed, "trials": trials, "front": int(multi.pareto_mask(snap.observed_y).sum()), "rows": []}
