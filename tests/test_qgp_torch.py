@@ -20,7 +20,7 @@ import pytest
 from calibo.engine.surrogates import QGP, make_surrogate
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("gpytorch")
+gpytorch = pytest.importorskip("gpytorch")
 
 from calibo.engine.surrogates import gp_torch  # noqa: E402
 
@@ -87,6 +87,22 @@ def test_sgpr_beyond_exact_up_to_is_calibrated() -> None:
     auto = make_surrogate("qgp", (0.1, 0.5, 0.9), seed=0, exact_up_to=300, inducing_points=64).fit(X, y)
     assert auto.backend_ == "torch" and auto._torch.sparse
     np.testing.assert_array_equal(auto.predict_quantiles(Xt), q)
+
+
+def test_sgpr_cached_prediction_is_gpytorchs() -> None:
+    """The SGPR moments kept at fit (Woodbury on R R^T + D) are what gpytorch's own predictive path gives."""
+    X, y, _ = data(900, 7)
+    Xt, _, _ = data(700, 8)
+    m = make_surrogate("qgp", LEVELS, seed=0, backend="torch", exact_up_to=300, inducing_points=64).fit(X, y)
+    gp = m._torch
+    assert gp.sparse
+    mean, sd = gp.moments(Xt)
+    with torch.no_grad(), gpytorch.settings.max_cholesky_size(10_000):
+        out = gp.model.likelihood(gp.model(torch.as_tensor(Xt, dtype=gp_torch.DTYPE)))
+        ref_mean, ref_sd = out.mean.numpy(), out.variance.clamp_min(0).sqrt().numpy()
+    np.testing.assert_allclose(mean, ref_mean, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(sd, ref_sd, rtol=1e-6, atol=1e-8)
+    assert sd.min() > 0 and np.ptp(mean) > 0.5  # not a degenerate case: the signal is there
 
 
 @pytest.mark.parametrize("exact_up_to", [4000, 300])
