@@ -149,3 +149,27 @@ def test_fits_on_cuda_like_on_the_cpu(name: str) -> None:
     np.testing.assert_allclose(gpu.predict_scale(Xt), cpu.predict_scale(Xt), rtol=0.2, atol=0.02)
     clone = gpu.fold_clone()
     assert clone.device == "cuda"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("name", NAMES)
+def test_cuda_graph_training_takes_the_eager_steps(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full-batch CUDA training replays one captured step; it lands where eager CUDA steps land."""
+    X, y = data(300, 3)
+    Xt, _ = data(500, 4)
+    graphed = make_surrogate(name, LEVELS, seed=1, device="cuda", epochs=120).fit(X, y)
+    captured = []
+    real = torch.cuda.CUDAGraph.replay
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", lambda g: captured.append(1) or real(g))
+    graphed_again = make_surrogate(name, LEVELS, seed=1, device="cuda", epochs=120).fit(X, y)
+    assert len(captured) == 120 - mlp_module.GRAPH_WARMUP and graphed_again.steps_ == 120
+    warmup = mlp_module.GRAPH_WARMUP
+    monkeypatch.setattr(mlp_module, "GRAPH_WARMUP", 10_000)  # never captured: every step eager
+    eager = make_surrogate(name, LEVELS, seed=1, device="cuda", epochs=120).fit(X, y)
+    assert eager.steps_ == 120 and len(captured) == 120 - warmup
+    np.testing.assert_array_equal(graphed.predict_quantiles(Xt), graphed_again.predict_quantiles(Xt))
+    # the same steps; capturable Adam keeps its step count on the device (float32 bias corrections),
+    # and the round-off drifts in training as between devices (test_fits_on_cuda_like_on_the_cpu)
+    gap = np.abs(graphed.predict_quantiles(Xt) - eager.predict_quantiles(Xt))
+    # (H200: ensemble 0.0004 / 0.003 sd mean / max, the pinball-trained quantile net 0.015 / 0.08)
+    assert gap.mean() < 0.03 * np.std(y) and gap.max() < 0.15 * np.std(y), (gap.mean(), gap.max())
