@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= server,optuna,test
 
 
-.PHONY: run demo test docs lint bench bench-search bench-service bench-load bench-crowd-live bench-cluster bench-calibration bench-surrogates bench-crowd bench-fit-time bench-calibrated-bo bench-multifidelity clean venv
+.PHONY: run demo test docs lint bench bench-search bench-service bench-load bench-crowd-live bench-cluster bench-calibration bench-surrogates bench-crowd bench-fit-time bench-device-paths bench-calibrated-bo bench-multifidelity clean venv
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -96,6 +96,10 @@ bench-crowd: $(BENCH_STAMP)
 DEVICE ?= auto
 bench-fit-time: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/fit_time.py --device $(DEVICE)
+
+# GPU paths: the GP's tuning on CPU vs GPU, the MLPs' eager vs CUDA-graph training (CPU only without a GPU).
+bench-device-paths: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/device_paths.py
 
 # Calibrated BO Table 1 rows: gp vs gp-recal, 10 seeds; ~2 minutes.
 bench-calibrated-bo: $(BENCH_STAMP)

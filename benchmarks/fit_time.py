@@ -24,7 +24,7 @@ run and is recorded as ``skipped: over cap`` / ``skipped: memory``.
     python benchmarks/fit_time.py                    # CPU or GPU, whichever torch sees
     python benchmarks/fit_time.py --device cpu --cap 60 --sizes 100,500,2000
 
-Writes benchmarks/results/fit_time.json and fit_time.png.
+Writes benchmarks/results/fit_time.json and fit_time.png (fit_time_cuda.* on a GPU).
 """
 
 from __future__ import annotations
@@ -221,7 +221,8 @@ def main() -> None:
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--cap", type=float, default=120.0, help="seconds a cell may take (extrapolated)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=RESULTS / "fit_time.json")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: results/fit_time.json on the CPU, fit_time_cuda.json on a GPU")
     args = ap.parse_args()
 
     from tqdm import tqdm
@@ -230,6 +231,8 @@ def main() -> None:
     from calibo.engine.surrogates import SURROGATES
 
     device, why = devices.resolve(args.device)
+    if args.out is None:
+        args.out = RESULTS / ("fit_time_cuda.json" if device == "cuda" else "fit_time.json")
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = [r for r in args.rows.split(",") if r]
     notes: dict[str, str] = {}
