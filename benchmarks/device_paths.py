@@ -14,6 +14,11 @@ Two measurements behind two choices of the torch surrogates on CUDA:
   median against the noiseless function, so a faster path is also seen to land
   on an equally good model.
 
+* ``engine``: a whole default refit (``calibo.engine.fit``) on ``n``
+  observations on the CPU (QGP on scikit-learn, as ``auto`` picks there) and
+  on the GPU with QGP forced onto torch. It decides ``qgp.CUDA_FROM``: below
+  it ``auto`` on a CUDA device fits on the CPU.
+
 Each cell is the median of ``--repeats`` timed runs after an untimed warm-up.
 Without a GPU only the CPU columns are measured.
 
@@ -40,6 +45,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TUNE_ROWS = (150, 300, 600, 1000)
 MLP_SIZES = (100, 500, 2000, 4000)
 MLPS = ("mlp-ensemble", "mlp-quantile")
+ENGINE_SIZES = (50, 100, 200, 300, 500, 1000)
+SECTIONS = ("tune", "mlp", "engine")
 
 
 def timed(fn, repeats: int) -> tuple[float, object]:
@@ -96,19 +103,37 @@ def mlp_cells(name: str, n: int, paths: list[str], repeats: int) -> dict:
     return out
 
 
+def engine_cells(n: int, devices: list[str], repeats: int) -> dict:
+    from calibo.engine import EngineConfig
+    from calibo.engine.optimizer import fit
+
+    space, params, _, y, _ = task_data(n, 0)
+    obs = list(zip(params, y.tolist(), strict=True))
+    out = {}
+    for dev in devices:
+        cfg = EngineConfig(surrogate_options={"backend": "torch"}) if dev == "cuda" else EngineConfig()
+        seconds, snap = timed(lambda dev=dev, cfg=cfg: fit(obs, space, cfg, seed=0, device=dev), repeats)
+        out[dev] = {"seconds": seconds, "ran_on": snap.meta.get("device")}
+    return out
+
+
 def plot(results: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    rows = results["tune_rows"]
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
     for dev in results["devices"]:
+        rows = [r for r in results["tune_rows"] if str(r) in results["tune"]]
         axes[0].plot(rows, [results["tune"][str(r)][dev]["seconds"] for r in rows], marker="o", label=dev)
+        sizes = [n for n in results["engine_sizes"] if str(n) in results["engine"]]
+        axes[3].plot(sizes, [results["engine"][str(n)][dev]["seconds"] for n in sizes], marker="o",
+                     label=f"{dev} ({'QGP on torch' if dev == 'cuda' else 'QGP on scikit-learn'})")
     axes[0].set(title="GP tuning (L-BFGS-B, float64)", xlabel="tuning rows", ylabel="seconds", yscale="log")
-    for ax, name in zip(axes[1:], MLPS, strict=True):
-        sizes = results["mlp_sizes"]
+    axes[3].set(title="default engine refit", xlabel="observations", ylabel="seconds", xscale="log", yscale="log")
+    for ax, name in zip(axes[1:3], MLPS, strict=True):
+        sizes = [n for n in results["mlp_sizes"] if str(n) in results["mlp"][name]]
         for p in results["mlp_paths"]:
             ax.plot(sizes, [results["mlp"][name][str(n)][p]["seconds"] for n in sizes], marker="o", label=p)
         ax.set(title=f"{name}: fit + {N_CANDIDATES} predictions", xlabel="observations", ylabel="seconds",
@@ -125,6 +150,7 @@ def plot(results: dict, path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", default=",".join(SECTIONS), help="sections to run (the others are kept from --out)")
     ap.add_argument("--out", type=Path, default=RESULTS / "device_paths.json")
     args = ap.parse_args()
 
@@ -135,13 +161,23 @@ def main() -> None:
     cuda = devices.resolve("auto")[0] == "cuda"
     devs = ["cpu", "cuda"] if cuda else ["cpu"]
     paths = ["cpu", "cuda-eager", "cuda-graph"] if cuda else ["cpu"]
-    results = {"meta": device_info("cuda" if cuda else "cpu"), "repeats": args.repeats, "devices": devs,
-               "tune_rows": list(TUNE_ROWS), "mlp_sizes": list(MLP_SIZES), "mlp_paths": paths,
-               "tune": {}, "mlp": {name: {} for name in MLPS}}
-    jobs = [("tune", r) for r in TUNE_ROWS] + [(name, n) for name in MLPS for n in MLP_SIZES]
+    only = [s for s in args.only.split(",") if s]
+    if set(only) - set(SECTIONS):
+        ap.error(f"--only takes {', '.join(SECTIONS)}")
+    results = {"tune": {}, "mlp": {name: {} for name in MLPS}, "engine": {}}
+    if args.out.exists():  # sections not run now are kept
+        results.update({k: v for k, v in json.loads(args.out.read_text()).items() if k in SECTIONS})
+    results.update({"meta": device_info("cuda" if cuda else "cpu"), "repeats": args.repeats, "devices": devs,
+                    "tune_rows": list(TUNE_ROWS), "mlp_sizes": list(MLP_SIZES), "mlp_paths": paths,
+                    "engine_sizes": list(ENGINE_SIZES)})
+    jobs = [("tune", r) for r in TUNE_ROWS if "tune" in only]
+    jobs += [(name, n) for name in MLPS for n in MLP_SIZES if "mlp" in only]
+    jobs += [("engine", n) for n in ENGINE_SIZES if "engine" in only]
     for kind, size in tqdm(jobs, desc="device-path cells"):
         if kind == "tune":
             results["tune"][str(size)] = tune_cells(size, devs, args.repeats)
+        elif kind == "engine":
+            results["engine"][str(size)] = engine_cells(size, devs, args.repeats)
         else:
             results["mlp"][kind][str(size)] = mlp_cells(kind, size, paths, args.repeats)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -149,12 +185,18 @@ def main() -> None:
     plot(results, args.out.with_suffix(".png"))
     print(f"\nGP tuning, seconds ({', '.join(devs)})")
     for r in TUNE_ROWS:
-        print(f"  {r:>6} rows " + "".join(f"{results['tune'][str(r)][d]['seconds']:>9.3f}" for d in devs))
+        c = results["tune"].get(str(r), {})
+        print(f"  {r:>6} rows " + "".join(f"{c[d]['seconds']:>9.3f}" if d in c else f"{'-':>9}" for d in devs))
     for name in MLPS:
         print(f"\n{name}: seconds and held-out RMSE ({', '.join(paths)})")
         for n in MLP_SIZES:
-            c = results["mlp"][name][str(n)]
-            print(f"  {n:>6} obs " + "".join(f"{c[p]['seconds']:>9.3f} ({c[p]['rmse']:.3f})" for p in paths))
+            c = results["mlp"][name].get(str(n), {})
+            print(f"  {n:>6} obs " + "".join(f"{c[p]['seconds']:>9.3f} ({c[p]['rmse']:.3f})" if p in c
+                                             else f"{'-':>17}" for p in paths))
+    print(f"\ndefault engine refit, seconds ({', '.join(devs)}; on cuda QGP forced onto torch)")
+    for n in ENGINE_SIZES:
+        c = results["engine"].get(str(n), {})
+        print(f"  {n:>6} obs " + "".join(f"{c[d]['seconds']:>9.3f}" if d in c else f"{'-':>9}" for d in devs))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
 
 

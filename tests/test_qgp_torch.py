@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from calibo.engine.surrogates import QGP, make_surrogate
+from calibo.engine.surrogates import qgp as qgp_module
 
 torch = pytest.importorskip("torch")
 gpytorch = pytest.importorskip("gpytorch")
@@ -64,7 +65,9 @@ def test_auto_picks_sklearn_small_and_sgpr_beyond_exact_up_to() -> None:
     small = make_surrogate("qgp", LEVELS, seed=0, exact_up_to=200).fit(X, y)
     assert small.backend_ == "sklearn" and small.choose_backend(201) == "torch"
     assert make_surrogate("qgp", LEVELS).choose_backend(10_000) == "torch"
-    assert make_surrogate("qgp", LEVELS, device="cuda").choose_backend(20) == "torch"
+    on_cuda = make_surrogate("qgp", LEVELS, device="cuda")  # small fits stay on the CPU: launch-bound on a GPU
+    assert on_cuda.choose_backend(qgp_module.CUDA_FROM - 1) == "sklearn"
+    assert on_cuda.choose_backend(qgp_module.CUDA_FROM) == "torch"
     assert make_surrogate("qgp", LEVELS, device="cuda", backend="sklearn").choose_backend(20) == "sklearn"
     with pytest.raises(ValueError):
         make_surrogate("qgp", LEVELS, backend="jax")
@@ -185,7 +188,7 @@ def test_cuda_exact_matches_cpu() -> None:
     X, y, _ = data(200, 11)
     Xt, _, _ = data(500, 12)
     cpu = make_surrogate("qgp", LEVELS, seed=0, backend="torch").fit(X, y)
-    gpu = make_surrogate("qgp", LEVELS, seed=0, device="cuda").fit(X, y)  # auto on cuda: torch
+    gpu = make_surrogate("qgp", LEVELS, seed=0, device="cuda", backend="torch").fit(X, y)
     assert gpu.backend_ == "torch" and gpu.ran_on == "cuda" and cpu.ran_on == "cpu"
     assert gpu._torch.model.covar_module.raw_outputscale.device.type == "cuda"
     assert_agree(cpu, gpu, Xt)

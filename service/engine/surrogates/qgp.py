@@ -19,8 +19,15 @@ Two backends, option ``backend`` in ``("auto", "sklearn", "torch")``:
   O(n m) memory. Imported only when used: ``import calibo.engine`` never
   loads torch.
 
-``auto`` (the default) picks torch on CUDA. On the CPU it picks scikit-learn
-up to ``exact_up_to`` and torch's SGPR beyond. Measured on 2 shared cores
+``auto`` (the default) on a CUDA device picks torch from ``CUDA_FROM`` (200)
+observations and scikit-learn on the CPU below: a small fit on the GPU is
+launch-bound. A whole default refit on an H200 machine (median of 3, QGP on
+the GPU against scikit-learn on one core of its host) took 0.15 against 0.11 s
+on 100 observations, 0.17 against 0.24 s on 200 and 0.17 against 0.53 s on
+1,000 (``benchmarks/device_paths.py``). Below ``CUDA_FROM`` a study on a GPU
+machine therefore runs the CPU's search exactly: 20 of 20 runs of 100 trials
+were identical, at 90 ms per trial against 210 ms with the GPU at every size. On the CPU it picks scikit-learn up to ``exact_up_to`` and torch's SGPR
+beyond. Measured on 2 shared cores
 (one BLAS / torch thread, Hartmann-6 with noise, fit plus 2000 predictions):
 both exact paths solve the same problem to the same numbers and cost the same
 (1000 points 0.25 s each, 2000 0.6 / 0.7 s, 4000 3.2 / 3.0 s), and
@@ -28,7 +35,7 @@ scikit-learn is faster below ~150 points (50 points 0.06 s vs 0.15 s: torch
 pays Python overhead per likelihood step), so on the CPU torch is worth it only
 where SGPR replaces the O(n^3) solve: 10,000 points 1.8 s instead of 30.7 s,
 held-out RMSE 0.107 vs 0.101 (``benchmarks/fit_time.py``, which keeps the
-curves; the engine's default refit at 10,000 observations: 1.5 s).
+curves; the engine's default refit at 10,000 observations: 1.3 s).
 """
 
 from __future__ import annotations
@@ -50,6 +57,9 @@ PRIORS = ("none", "smooth")
 MAX_OPT_POINTS = 150
 EXACT_UP_TO = 4000  # torch backend: exact GP up to here, SGPR beyond; auto on CPU: torch beyond
 INDUCING_POINTS = 512
+# auto on a CUDA device: scikit-learn on the CPU below this many observations, torch on the GPU from it
+# (a whole default refit on an H200 machine: benchmarks/device_paths.py's engine rows)
+CUDA_FROM = 200
 
 
 def neg_log_prior(theta: np.ndarray) -> tuple[float, np.ndarray]:
@@ -143,7 +153,7 @@ class QGP(BaseSurrogate):
         if backend != "auto":
             return backend
         if self.device == "cuda":
-            return "torch"
+            return "torch" if n >= CUDA_FROM else "sklearn"
         return "torch" if n > self.exact_up_to else "sklearn"
 
     def tuned_hyperparameters(self) -> dict[str, Any] | None:
