@@ -160,8 +160,8 @@ def _train_graphed(params: list[Any], X: Any, loss_fn: Any, n: int, total: int, 
     """``train``'s full-batch steps on CUDA, replayed from one captured CUDA graph.
 
     A step on a few thousand rows is a few dozen tiny kernels, so on a GPU the
-    launches, not the arithmetic, are its cost (0.42 s for 200 steps, whether on
-    100 or 2,000 rows, on an H200). The same Adam steps (``capturable``, its
+    launches, not the arithmetic, are its cost (0.3-0.4 s for 200 steps, whether
+    on 100 or 4,000 rows, on an H200). The same Adam steps (``capturable``, its
     learning rate a device tensor set before each replay) are captured once
     after ``GRAPH_WARMUP`` eager steps and replayed, one launch a step.
     """

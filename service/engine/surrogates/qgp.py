@@ -26,16 +26,18 @@ the GPU against scikit-learn on one core of its host) took 0.15 against 0.11 s
 on 100 observations, 0.17 against 0.24 s on 200 and 0.17 against 0.53 s on
 1,000 (``benchmarks/device_paths.py``). Below ``CUDA_FROM`` a study on a GPU
 machine therefore runs the CPU's search exactly: 20 of 20 runs of 100 trials
-were identical, at 90 ms per trial against 210 ms with the GPU at every size. On the CPU it picks scikit-learn up to ``exact_up_to`` and torch's SGPR
-beyond. Measured on 2 shared cores
-(one BLAS / torch thread, Hartmann-6 with noise, fit plus 2000 predictions):
-both exact paths solve the same problem to the same numbers and cost the same
-(1000 points 0.25 s each, 2000 0.6 / 0.7 s, 4000 3.2 / 3.0 s), and
-scikit-learn is faster below ~150 points (50 points 0.06 s vs 0.15 s: torch
-pays Python overhead per likelihood step), so on the CPU torch is worth it only
-where SGPR replaces the O(n^3) solve: 10,000 points 1.8 s instead of 30.7 s,
-held-out RMSE 0.107 vs 0.101 (``benchmarks/fit_time.py``, which keeps the
-curves; the engine's default refit at 10,000 observations: 1.3 s).
+were identical, at 90 ms per trial against 210 ms with the GPU at every size.
+
+On the CPU ``auto`` picks scikit-learn up to ``exact_up_to`` and torch's SGPR
+beyond. Measured on 2 shared cores (one BLAS / torch thread, Hartmann-6 with
+noise, fit plus 2000 predictions): both exact paths solve the same problem to
+the same numbers and cost the same (1000 points 0.25 s each, 2000 0.6 / 0.7 s,
+4000 3.2 / 3.0 s), and scikit-learn is faster below ~150 points (50 points
+0.06 s vs 0.15 s: torch pays Python overhead per likelihood step), so on the
+CPU torch is worth it only where SGPR replaces the O(n^3) solve: 10,000 points
+0.8 s instead of 31 s, held-out RMSE 0.107 vs 0.101 (``benchmarks/fit_time.py``,
+which keeps the curves; the engine's default refit at 10,000 observations:
+1.3 s).
 """
 
 from __future__ import annotations
