@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.stats import norm
 
 from calibo.engine.conformal import (
     Bounds,
@@ -205,3 +206,31 @@ def test_split_refit_shows_a_model_of_every_observation_with_the_split_scores() 
     # same hyperparameters: the refit only conditions on the held-out points too
     np.testing.assert_allclose(refit.model.gp_kernel()["lengthscale"], plain.model.gp_kernel()["lengthscale"],
                                rtol=0.05)
+
+
+def test_qgp_normalized_scores_keep_the_posterior_shape_and_cover() -> None:
+    # QGP's option scores="normalized": residuals in units of the GP's predictive sd, intervals the
+    # GP's quantiles widened by sd * q, so width / sd is one number for every point (narrow where
+    # the posterior is sure, wide where it is not); the plain quantile scores add one width to all
+    covs = []
+    for r in range(40):
+        rng = np.random.default_rng(3000 + r)
+        X, y = draw(rng, 160)
+        Xt, yt = draw(rng, 300)
+        Xt[:100] = 1.5 + rng.random((100, 2))  # far from the data (their yt is not theirs: width only)
+        for scores in ("normalized", "cqr"):
+            cf = conformalize(lambda r=r, s=scores: make_surrogate("qgp", LEVELS, r, scores=s), X, y, "split", r)
+            assert cf.scaled == (scores == "normalized")
+            sd = cf.model.predict_moments(Xt)[1]
+            scale = cf.model.predict_scale(Xt) if cf.scaled else None
+            Q = Bounds("split", cf.model.predict_quantiles(Xt), cf.scores, scale=scale).at(ALPHAS)
+            width, raw = Q[:, 3] - Q[:, 0], sd * (norm.ppf(LEVELS[3]) - norm.ppf(LEVELS[0]))
+            if scores == "normalized":  # sd * (z_0.9 - z_0.1 + 2 q)
+                np.testing.assert_allclose(width / sd, width[0] / sd[0], rtol=1e-6)
+                near = slice(100, None)
+                covs.append([np.mean((Q[near, 0] <= yt[near]) & (yt[near] <= Q[near, 3])),
+                             np.mean((Q[near, 1] <= yt[near]) & (yt[near] <= Q[near, 2]))])
+            else:  # sd * (z_0.9 - z_0.1) + 2 q
+                np.testing.assert_allclose(width - raw, width[0] - raw[0], atol=1e-6 * np.std(y))
+    cov = np.mean(covs, axis=0)
+    assert np.all(np.abs(cov - NOMINAL) <= 0.03), cov

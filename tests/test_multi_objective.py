@@ -216,6 +216,19 @@ def test_a_multi_objective_snapshot_round_trips_through_storage_bytes() -> None:
     assert [h.kind for h in back.heads] == ["objective"]
 
 
+def test_qgp_normalized_scores_travel_with_a_multi_objective_snapshot() -> None:
+    """QGP's option scores="normalized" conformalizes every head with residuals in units of the GP's
+    own sd: the spread is stored with each head and survives the snapshot's bytes; by default (the
+    quantile scores) no spread is stored."""
+    snap = run(zdt1, ["minimize", "minimize"], 40, 2, surrogate_options={"scores": "normalized"}).snapshot
+    assert snap.method != "raw" and snap.scale is not None and snap.heads[0].scale is not None
+    assert np.all(snap.scale > 0) and np.ptp(snap.scale) > 0  # the GP's own sd: not one width
+    back = Snapshot.from_bytes(snap.to_bytes())
+    np.testing.assert_array_equal(back.heads[0].scale, snap.heads[0].scale)
+    plain = run(zdt1, ["minimize", "minimize"], 40, 2).snapshot
+    assert plain.scale is None and plain.heads[0].scale is None
+
+
 def test_three_objective_ehvi_prefers_improving_candidates_and_runs_a_study() -> None:
     """EHVI over three objectives (asked for; ``auto`` is ParEGO): candidates that add hypervolume
     come first, by how much, dominated ones after by their distance from the front; and a study runs

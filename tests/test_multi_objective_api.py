@@ -109,6 +109,28 @@ def test_a_three_objective_study_can_ask_for_ehvi(http: httpx.Client) -> None:
     assert sorted(tuple(t["values"]) for t in p["trials"]) == sorted(map(tuple, np.array(told)[front].tolist()))
 
 
+def test_qgp_normalized_scores_run_a_multi_objective_study(http: httpx.Client) -> None:
+    """``surrogate_options.scores: normalized`` over HTTP: the fit stores each head's spread, asks
+    are conformalized per objective from it, and tells update every objective's adaptive state."""
+    s = create(http, space=SPACE, directions=["minimize", "maximize"],
+               settings=FAST | {"surrogate_options": {"scores": "normalized"}})
+    sid = s["id"]
+    n = 0
+    for _ in range(3):
+        for t in http.post(f"/v1/studies/{sid}/ask", json={"count": 8}).json()["trials"]:
+            assert tell(http, sid, t, flip(zdt1(t["params"]))).status_code == 200
+            n += 1
+        wait_fitted(http, sid, n)
+    trials = http.post(f"/v1/studies/{sid}/ask", json={"count": 3}).json()["trials"]
+    for t in trials:
+        objs = t["prediction"]["objectives"]
+        assert len(objs) == 2 and all(o["method"] != "raw" for o in objs)
+        for o in objs:
+            lo, hi = o["intervals"][0]["lower"], o["intervals"][0]["upper"]
+            assert lo < hi
+    assert all(tell(http, sid, t, flip(zdt1(t["params"]))).status_code == 200 for t in trials)
+
+
 def test_values_are_validated_naming_the_field(http: httpx.Client) -> None:
     s = mo(http)
     sid = s["id"]

@@ -104,6 +104,7 @@ def test_an_unexpected_error_answers_500_and_the_connection_stays_usable(srv: Li
     ({"surrogate_options": {"num_leaves": 8}}, "settings.surrogate_options.num_leaves"),  # qgbm's, not qgp's
     ({"surrogate_options": {"backend": "jax"}}, "settings.surrogate_options.backend"),
     ({"surrogate_options": {"splits": "loo"}}, "settings.surrogate_options.splits"),  # gp-recal's
+    ({"surrogate_options": {"scores": "huber"}}, "settings.surrogate_options.scores"),
     ({"conformal": "jackknife"}, "settings.conformal"),
     ({"n_bootstraps": 1}, "settings.n_bootstraps"),
     ({"heartbeat_timeout_seconds": 0}, "settings.heartbeat_timeout_seconds"),

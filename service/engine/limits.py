@@ -69,7 +69,7 @@ SURROGATE_OPTIONS: dict[str, dict[str, tuple[str, float, float]]] = {
 }
 # Options that take one of a few words: {surrogate: {option: choices}}.
 SURROGATE_CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
-    "qgp": {"backend": ("auto", "sklearn", "torch"), "prior": ("none", "smooth")},
+    "qgp": {"backend": ("auto", "sklearn", "torch"), "prior": ("none", "smooth"), "scores": ("cqr", "normalized")},
     "gp-recal": {"splits": ("loo", "timeseries")},
 }
 

@@ -56,6 +56,7 @@ from .base import BaseSurrogate
 
 BACKENDS = ("auto", "sklearn", "torch")
 PRIORS = ("none", "smooth")
+SCORES = ("cqr", "normalized")  # option ``scores``, the first the default
 MAX_OPT_POINTS = 150
 EXACT_UP_TO = 4000  # torch backend: exact GP up to here, SGPR beyond; auto on CPU: torch beyond
 INDUCING_POINTS = 512
@@ -124,6 +125,16 @@ class QGP(BaseSurrogate):
     name = "qgp"
     conditions_on_refit = True  # fold_clone keeps the tuned kernel: a refit is the posterior on more points
 
+    @property
+    def scaled(self) -> bool:
+        """Option ``scores``: ``normalized`` scores the conformal layer's residuals in units of the
+        GP's own predictive sd (``_scale``), so calibrated intervals keep the posterior's
+        heteroskedastic shape; ``cqr`` (the plain quantile scores) widens every interval alike."""
+        return self.options.get("scores", SCORES[0]) == "normalized"
+
+    def _scale(self, X: np.ndarray) -> np.ndarray:
+        return self._moments(X)[1] if self.scaled else super()._scale(X)
+
     def __init__(self, levels, seed: int = 0, kernel: Kernel | None = None, device: str = "cpu",
                  hyper: dict[str, Any] | None = None, **options) -> None:
         super().__init__(levels, seed, device=device, **options)
@@ -132,6 +143,8 @@ class QGP(BaseSurrogate):
             raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
         if self.options.get("prior", "none") not in PRIORS:
             raise ValueError(f"prior must be one of {PRIORS}, not {self.options.get('prior')!r}")
+        if self.options.get("scores", SCORES[0]) not in SCORES:
+            raise ValueError(f"scores must be one of {SCORES}, not {self.options.get('scores')!r}")
         self._fixed_kernel = kernel  # a tuned scikit-learn kernel (fold clones)
         self._fixed_hyper = hyper  # tuned hyperparameters as numbers (fold clones of a torch fit)
         self.backend_: str | None = None  # the backend the last fit ran
