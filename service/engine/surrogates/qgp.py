@@ -52,11 +52,12 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Kernel, Matern, WhiteKernel
 
+from ..limits import SURROGATE_CHOICES
 from .base import BaseSurrogate
 
-BACKENDS = ("auto", "sklearn", "torch")
-PRIORS = ("none", "smooth")
-SCORES = ("cqr", "normalized")  # option ``scores``, the first the default
+# the options that take a word (backend, prior, scores), each's first choice its default: the table the
+# study settings are checked against
+CHOICES = SURROGATE_CHOICES["qgp"]
 MAX_OPT_POINTS = 150
 EXACT_UP_TO = 4000  # torch backend: exact GP up to here, SGPR beyond; auto on CPU: torch beyond
 INDUCING_POINTS = 512
@@ -130,7 +131,7 @@ class QGP(BaseSurrogate):
         """Option ``scores``: ``normalized`` scores the conformal layer's residuals in units of the
         GP's own predictive sd (``_scale``), so calibrated intervals keep the posterior's
         heteroskedastic shape; ``cqr`` (the plain quantile scores) widens every interval alike."""
-        return self.options.get("scores", SCORES[0]) == "normalized"
+        return self.options.get("scores", CHOICES["scores"][0]) == "normalized"
 
     def _scale(self, X: np.ndarray) -> np.ndarray:
         return self._moments(X)[1] if self.scaled else super()._scale(X)
@@ -138,13 +139,10 @@ class QGP(BaseSurrogate):
     def __init__(self, levels, seed: int = 0, kernel: Kernel | None = None, device: str = "cpu",
                  hyper: dict[str, Any] | None = None, **options) -> None:
         super().__init__(levels, seed, device=device, **options)
-        backend = self.options.get("backend", "auto")
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
-        if self.options.get("prior", "none") not in PRIORS:
-            raise ValueError(f"prior must be one of {PRIORS}, not {self.options.get('prior')!r}")
-        if self.options.get("scores", SCORES[0]) not in SCORES:
-            raise ValueError(f"scores must be one of {SCORES}, not {self.options.get('scores')!r}")
+        for key, allowed in CHOICES.items():
+            value = self.options.get(key, allowed[0])
+            if value not in allowed:
+                raise ValueError(f"{key} must be one of {allowed}, not {value!r}")
         self._fixed_kernel = kernel  # a tuned scikit-learn kernel (fold clones)
         self._fixed_hyper = hyper  # tuned hyperparameters as numbers (fold clones of a torch fit)
         self.backend_: str | None = None  # the backend the last fit ran
