@@ -117,42 +117,51 @@ def train(params: list[Any], X: Any, loss_fn: Any, n: int, epochs: int, lr: floa
     all). The penalty ``weight_decay / n * ||W||^2`` on the weight matrices is a
     Gaussian prior on them: strong on a few observations, fading as they grow.
     """
-    import torch
-
     for p in params:
         p.requires_grad_(True)
     per_epoch = max(1, math.ceil(n / BATCH))
     total = epochs * per_epoch
     if X.device.type == "cuda" and per_epoch == 1 and total > GRAPH_WARMUP:
         step = _train_graphed(params, X, loss_fn, n, total, lr, weight_decay)
-        for p in params:
-            p.requires_grad_(False)
-        return step
-    opt = torch.optim.Adam(params, lr=lr)
-    weights = params[0::2]
-    M = params[0].shape[0]
-    step = 0
-    for _ in range(epochs):
-        order = None if per_epoch == 1 else torch.randperm(n, generator=gen).to(X.device)
-        for b in range(per_epoch):
-            rows = None if order is None else order[b * BATCH : (b + 1) * BATCH]
-            Xb = X if rows is None else X[rows]
-            for g in opt.param_groups:
-                g["lr"] = _cosine(lr, step, total)
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(forward(params, Xb.expand(M, *Xb.shape)), rows)
-            if weight_decay > 0:
-                loss = loss + weight_decay / n * sum((W * W).sum() for W in weights)
-            loss.backward()
-            opt.step()
-            step += 1
+    else:
+        step = _train_eager(params, X, loss_fn, n, epochs, per_epoch, lr, weight_decay, gen)
     for p in params:
         p.requires_grad_(False)
     return step
 
 
+def _objective(params: list[Any], Xb: Any, rows: Any, loss_fn: Any, n: int, weight_decay: float) -> Any:
+    """One step's loss: the members' loss on the rows ``rows`` (``Xb`` those rows) plus the weight prior."""
+    M = params[0].shape[0]
+    loss = loss_fn(forward(params, Xb.expand(M, *Xb.shape)), rows)
+    if weight_decay > 0:
+        loss = loss + weight_decay / n * sum((W * W).sum() for W in params[0::2])
+    return loss
+
+
 def _cosine(lr: float, step: int, total: int) -> float:
     return lr * 0.5 * (1.0 + math.cos(math.pi * step / total))
+
+
+def _train_eager(params: list[Any], X: Any, loss_fn: Any, n: int, epochs: int, per_epoch: int, lr: float,
+                 weight_decay: float, gen: Any) -> int:
+    """``train``'s steps one by one: full batch, or ``per_epoch`` minibatches in a fresh order each epoch."""
+    import torch
+
+    opt = torch.optim.Adam(params, lr=lr)
+    total = epochs * per_epoch
+    step = 0
+    for _ in range(epochs):
+        order = None if per_epoch == 1 else torch.randperm(n, generator=gen).to(X.device)
+        for b in range(per_epoch):
+            rows = None if order is None else order[b * BATCH : (b + 1) * BATCH]
+            for g in opt.param_groups:
+                g["lr"] = _cosine(lr, step, total)
+            opt.zero_grad(set_to_none=True)
+            _objective(params, X if rows is None else X[rows], rows, loss_fn, n, weight_decay).backward()
+            opt.step()
+            step += 1
+    return step
 
 
 def _train_graphed(params: list[Any], X: Any, loss_fn: Any, n: int, total: int, lr: float,
@@ -167,17 +176,11 @@ def _train_graphed(params: list[Any], X: Any, loss_fn: Any, n: int, total: int, 
     """
     import torch
 
-    weights = params[0::2]
-    M = params[0].shape[0]
     lr_t = torch.tensor(_cosine(lr, 0, total), device=X.device)
     opt = torch.optim.Adam(params, lr=lr_t, capturable=True)
-    Xb = X.expand(M, *X.shape)
 
     def one_step() -> None:
-        loss = loss_fn(forward(params, Xb), None)
-        if weight_decay > 0:
-            loss = loss + weight_decay / n * sum((W * W).sum() for W in weights)
-        loss.backward()
+        _objective(params, X, None, loss_fn, n, weight_decay).backward()
         opt.step()
 
     side = torch.cuda.Stream()
