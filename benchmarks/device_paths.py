@@ -139,6 +139,10 @@ def plot(results: dict, path: Path) -> None:
         ax.set(title=f"{name}: fit + {N_CANDIDATES} predictions", xlabel="observations", ylabel="seconds",
                xscale="log", yscale="log")
     for ax in axes:
+        if not any(len(line.get_xdata()) for line in ax.lines):  # a section not run (and not in --out): a log scale of no data cannot be drawn
+            ax.set(xscale="linear", yscale="linear", xticks=[], yticks=[])
+            ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes)
+            continue
         ax.grid(True, which="both", lw=0.3, alpha=0.5)
         ax.legend(fontsize=8)
     meta = results["meta"]
