@@ -56,7 +56,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.crowd_search import _Random, durations, simulate  # noqa: E402
+from benchmarks.crowd_search import _Random, durations, parse_methods, simulate  # noqa: E402
 from benchmarks.runner import run_pool  # noqa: E402
 from benchmarks.search import merge_parts, skipped_runs  # noqa: E402
 
@@ -409,7 +409,7 @@ def main() -> None:
         runs, meta = merge_parts(args.merge, run_key, 0)
         meta.pop("trials")  # a problem's own budget: no one count for all
     else:
-        methods = args.methods.split(",")
+        methods = parse_methods(args.methods)
         problems = args.problems.split(",")
         unknown = [m for m in methods if m not in METHODS and not m.startswith("calibo:")]
         unknown += [p for p in problems if p not in PROBLEMS]
