@@ -35,7 +35,7 @@ its sorted quantiles (what predictions showed before). Variants on the same
 asked points, the split ones from one fit with ``conformal="split",
 shift="fcs"`` per ask (unweighted and weighted bounds):
 
-    default (adaptive + DtACI) | split (+ACI, +DtACI) | split+FCS (+ACI, +DtACI) | default+FCS (DtACI, ACI)
+    default (adaptive + ACI) | adaptive + DtACI | split (+ACI, +DtACI) | split+FCS (+ACI, +DtACI) | default+FCS (ACI, DtACI)
 
 "late adapt at current alpha" is the default fed as adapt did before the
 late-feedback correction (``conformal.issued_beta``).
@@ -204,20 +204,20 @@ GRID_NOMINAL = 1.0 - pair_alphas(GRID.level_grid)
 # interval's outcome, conformal.issued_beta); "current": at completion, read at the state's current
 # alpha (adapt before the late-feedback correction); "now": right after the ask, in ask order
 CROWD_ROWS = {
-    "default (adaptive+DtACI)": ("default", "dtaci", "late"),
-    "adaptive+ACI": ("default", "aci", "late"),
-    "default, late adapt at current alpha": ("default", "dtaci", "current"),
-    "(a) default, adapt in ask order": ("default", "dtaci", "now"),
-    "(b) default, fresh fit + ask order": ("fresh", "dtaci", "now"),
-    "default, fresh fit, late adapt": ("fresh", "dtaci", "late"),
+    "default (adaptive+ACI)": ("default", "aci", "late"),
+    "adaptive+DtACI": ("default", "dtaci", "late"),
+    "default, late adapt at current alpha": ("default", "aci", "current"),
+    "(a) default, adapt in ask order": ("default", "aci", "now"),
+    "(b) default, fresh fit + ask order": ("fresh", "aci", "now"),
+    "default, fresh fit, late adapt": ("fresh", "aci", "late"),
     "split": ("split", "none", "late"),
     "split+ACI": ("split", "aci", "late"),
     "split+DtACI": ("split", "dtaci", "late"),
     "split+FCS": ("split_fcs", "none", "late"),
     "split+FCS+ACI": ("split_fcs", "aci", "late"),
     "split+FCS+DtACI": ("split_fcs", "dtaci", "late"),
-    "default+FCS": ("default_fcs", "dtaci", "late"),
-    "default+FCS, ACI": ("default_fcs", "aci", "late"),
+    "default+FCS": ("default_fcs", "aci", "late"),
+    "default+FCS, DtACI": ("default_fcs", "dtaci", "late"),
 }
 OLD_DISPLAY = "default, sorted quantiles (old display)"  # the pairs of the driver's sorted quantiles
 SPLIT_FCS = EngineConfig(conformal="split", shift="fcs")
@@ -437,7 +437,7 @@ def print_crowd(summary: dict, seeds: int, trials: int) -> None:
             line += f"{by_k['8']['gap'] / max(by_k['1']['gap'], 1e-12):>15.2f}"
         print(line)
     for k in ks:
-        cov = summary["table"]["default (adaptive+DtACI)"][str(k)]["coverage"]
+        cov = summary["table"]["default (adaptive+ACI)"][str(k)]["coverage"]
         c = summary["crowd"][str(k)]
         print(f"K={k}: default coverage {'/'.join(f'{x:.2f}' for x in cov)}; feedback late by "
               f"{c['late_by']:.1f} predictions; asked point's distance to the nearest observation {c['nn_dist']:.3f}")

@@ -195,7 +195,7 @@ SurrogateOptions = create_model(
 StudySettings = create_model(
     "StudySettings", __config__=ConfigDict(extra="forbid"),
     __doc__="engine and service settings; null or absent means the default (see the study view)",
-    adapter=(Literal[ADAPTERS] | None, Field(None, description="dtaci (default), aci or none")),  # type: ignore[valid-type]
+    adapter=(Literal[ADAPTERS] | None, Field(None, description="aci (default), dtaci or none")),  # type: ignore[valid-type]
     conformal=(Literal[CONFORMAL_MODES] | None, Field(None, description="adaptive (default: raw, then CV+, then split), split, cv+, crossval (CrossVal-CP), jab+ (Jackknife+-after-bootstrap) or raw")),  # type: ignore[valid-type]
     crowd=(Literal[CROWD_MODES] | None, Field(None, description="how running trials condition a choice: "  # type: ignore[valid-type]
            "believer (default; GP surrogates: spread conditioned on the running points, others penalize), "

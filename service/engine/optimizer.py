@@ -63,7 +63,7 @@ class EngineConfig:
     # the acquisition scores the objective, not a noisy observation of it: each candidate's calibrated
     # quantiles narrowed about their median to the surrogate's signal fraction (snapshot.signal)
     noise_free: bool = True
-    adapter: str = "dtaci"  # dtaci | aci | none
+    adapter: str = "aci"  # aci | dtaci | none (ACI calibrates better over a study's horizon: docs, ACI and DtACI)
     conformal: str = "adaptive"  # adaptive (CV+ then split) | split | cv+ | crossval | jab+ | raw
     shift: str = "none"  # none | fcs: covariate-shift weighted split-rule intervals (engine.shift)
     n_levels: int = 10  # equal-mass quantile levels; pairs give 90/70/50/30/10% intervals
