@@ -217,16 +217,24 @@ def test_a_multi_objective_snapshot_round_trips_through_storage_bytes() -> None:
 
 
 def test_qgp_normalized_scores_travel_with_a_multi_objective_snapshot() -> None:
-    """QGP's option scores="normalized" conformalizes every head with residuals in units of the GP's
-    own sd: the spread is stored with each head and survives the snapshot's bytes; by default (the
-    quantile scores) no spread is stored."""
-    snap = run(zdt1, ["minimize", "minimize"], 40, 2, surrogate_options={"scores": "normalized"}).snapshot
+    """A multi-objective study's QGP conformalizes every head with residuals in units of the GP's
+    own sd by default (scores="normalized"): the spread is stored with each head and survives the
+    snapshot's bytes. A study that chooses the quantile scores (scores="cqr") stores no spread, and a
+    single-objective study keeps the quantile scores by default."""
+    snap = run(zdt1, ["minimize", "minimize"], 40, 2).snapshot
     assert snap.method != "raw" and snap.scale is not None and snap.heads[0].scale is not None
     assert np.all(snap.scale > 0) and np.ptp(snap.scale) > 0  # the GP's own sd: not one width
     back = Snapshot.from_bytes(snap.to_bytes())
     np.testing.assert_array_equal(back.heads[0].scale, snap.heads[0].scale)
-    plain = run(zdt1, ["minimize", "minimize"], 40, 2).snapshot
+    chosen = run(zdt1, ["minimize", "minimize"], 40, 2, surrogate_options={"scores": "normalized"}).snapshot
+    np.testing.assert_array_equal(chosen.scale, snap.scale)  # the default is exactly that option
+    plain = run(zdt1, ["minimize", "minimize"], 40, 2, surrogate_options={"scores": "cqr"}).snapshot
     assert plain.scale is None and plain.heads[0].scale is None
+    one = Optimizer(ZDT_SPACE, seed=2)
+    for _ in range(40):
+        s = one.ask()[0]
+        one.tell(s.params, zdt1(s.params)[0])
+    assert one.snapshot.method != "raw" and one.snapshot.scale is None
 
 
 def test_three_objective_ehvi_prefers_improving_candidates_and_runs_a_study() -> None:

@@ -109,11 +109,14 @@ def test_a_three_objective_study_can_ask_for_ehvi(http: httpx.Client) -> None:
     assert sorted(tuple(t["values"]) for t in p["trials"]) == sorted(map(tuple, np.array(told)[front].tolist()))
 
 
-def test_qgp_normalized_scores_run_a_multi_objective_study(http: httpx.Client) -> None:
-    """``surrogate_options.scores: normalized`` over HTTP: the fit stores each head's spread, asks
-    are conformalized per objective from it, and tells update every objective's adaptive state."""
+@pytest.mark.parametrize("options", [{}, {"scores": "normalized"}])
+def test_qgp_normalized_scores_run_a_multi_objective_study(http: httpx.Client, options) -> None:
+    """Normalised conformal scores over HTTP, as a multi-objective study's default and when asked
+    for: the fit stores each head's spread, asks are conformalized per objective from it, and tells
+    update every objective's adaptive state (ACI by default)."""
     s = create(http, space=SPACE, directions=["minimize", "maximize"],
-               settings=FAST | {"surrogate_options": {"scores": "normalized"}})
+               settings=FAST | {"surrogate_options": options})
+    assert s["adaptive"]["adapter"] == "aci"
     sid = s["id"]
     n = 0
     for _ in range(3):

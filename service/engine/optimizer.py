@@ -306,6 +306,19 @@ def fit(
     return snap
 
 
+def surrogate_options(config: EngineConfig, n_objectives: int) -> dict[str, Any]:
+    """The options a fit builds its surrogates with: the study's, and for a multi-objective study's
+    QGP, normalised conformal scores unless the study chose its scores. The expected hypervolume
+    improvement compares candidates by the shape of their uncertainty, which one conformal width added
+    everywhere (the quantile scores) flattens; on the multi-objective benchmark the normalised scores
+    with ACI won 17 / 9 at 100 trials with 8 in flight against the quantile scores and kept every
+    objective's calibration gap within 0.05 (docs: benchmarks, multi-objective)."""
+    options = dict(config.surrogate_options)
+    if n_objectives > 1 and config.surrogate == "qgp":
+        options.setdefault("scores", "normalized")
+    return options
+
+
 class _Outcome:
     """One modelled outcome of a fit: its warp, warped values, conformal fit (``conformalize``)."""
 
@@ -334,9 +347,10 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     rng = np.random.default_rng([seed, n, 7])
     fit_seed = int(rng.integers(2**31))
 
+    options = surrogate_options(config, len(dirs))
+
     def make():
-        return make_surrogate(config.surrogate, levels, fit_seed, device=device,
-                              **config.surrogate_options)
+        return make_surrogate(config.surrogate, levels, fit_seed, device=device, **options)
 
     V = np.asarray([v for _, v in observations], dtype=float).reshape(n, len(dirs))
     main = _Outcome(sign * V[:, 0], config, make, X, method, fit_seed)
