@@ -230,11 +230,24 @@ def test_qgp_normalized_scores_travel_with_a_multi_objective_snapshot() -> None:
     np.testing.assert_array_equal(chosen.scale, snap.scale)  # the default is exactly that option
     plain = run(zdt1, ["minimize", "minimize"], 40, 2, surrogate_options={"scores": "cqr"}).snapshot
     assert plain.scale is None and plain.heads[0].scale is None
+    opt = run(zdt1, ["minimize", "minimize"], 40, 2)
+    assert opt.config.surrogate_options == {"scores": "normalized"}  # resolved when the study is made
+    state = opt.state_dict()
+    state["config"]["surrogate_options"] = {}  # a state saved before the default: it keeps its scores
+    old = Optimizer.from_state_dict(state)
+    assert old.config.surrogate_options == {}
+    old.tell(*_next(old))
+    assert old.snapshot.scale is None
     one = Optimizer(ZDT_SPACE, seed=2)
     for _ in range(40):
         s = one.ask()[0]
         one.tell(s.params, zdt1(s.params)[0])
     assert one.snapshot.method != "raw" and one.snapshot.scale is None
+
+
+def _next(opt: Optimizer) -> tuple[dict, list[float]]:
+    s = opt.ask()[0]
+    return s.params, zdt1(s.params)
 
 
 def test_three_objective_ehvi_prefers_improving_candidates_and_runs_a_study() -> None:

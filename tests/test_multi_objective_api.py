@@ -117,6 +117,7 @@ def test_qgp_normalized_scores_run_a_multi_objective_study(http: httpx.Client, o
     s = create(http, space=SPACE, directions=["minimize", "maximize"],
                settings=FAST | {"surrogate_options": options})
     assert s["adaptive"]["adapter"] == "aci"
+    assert s["settings"]["surrogate_options"] == {"scores": "normalized"}  # resolved and stored at create
     sid = s["id"]
     n = 0
     for _ in range(3):

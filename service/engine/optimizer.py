@@ -165,6 +165,19 @@ class EngineConfig:
             return np.asarray(self.levels, dtype=float)
         return midpoint_levels(self.n_levels)
 
+    def for_objectives(self, n_objectives: int) -> EngineConfig:
+        """This configuration as a study with ``n_objectives`` objectives takes it: a multi-objective
+        study's QGP scores its conformal residuals in units of the GP's sd (``scores: normalized``)
+        unless the settings choose. The expected hypervolume improvement compares candidates by the
+        shape of their uncertainty, which one conformal width added everywhere (the quantile scores)
+        flattens; on the multi-objective benchmark the normalised scores with ACI won 17 / 9 at 100
+        trials with 8 in flight against the quantile scores and kept every objective's calibration gap
+        within 0.05 (docs: benchmarks, multi-objective). Resolved when a study is defined and stored
+        with it, so a study keeps the scores it was created with."""
+        if n_objectives < 2 or self.surrogate != "qgp" or "scores" in self.surrogate_options:
+            return self
+        return replace(self, surrogate_options={**self.surrogate_options, "scores": "normalized"})
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -306,19 +319,6 @@ def fit(
     return snap
 
 
-def surrogate_options(config: EngineConfig, n_objectives: int) -> dict[str, Any]:
-    """The options a fit builds its surrogates with: the study's, and for a multi-objective study's
-    QGP, normalised conformal scores unless the study chose its scores. The expected hypervolume
-    improvement compares candidates by the shape of their uncertainty, which one conformal width added
-    everywhere (the quantile scores) flattens; on the multi-objective benchmark the normalised scores
-    with ACI won 17 / 9 at 100 trials with 8 in flight against the quantile scores and kept every
-    objective's calibration gap within 0.05 (docs: benchmarks, multi-objective)."""
-    options = dict(config.surrogate_options)
-    if n_objectives > 1 and config.surrogate == "qgp":
-        options.setdefault("scores", "normalized")
-    return options
-
-
 class _Outcome:
     """One modelled outcome of a fit: its warp, warped values, conformal fit (``conformalize``)."""
 
@@ -347,10 +347,9 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     rng = np.random.default_rng([seed, n, 7])
     fit_seed = int(rng.integers(2**31))
 
-    options = surrogate_options(config, len(dirs))
-
     def make():
-        return make_surrogate(config.surrogate, levels, fit_seed, device=device, **options)
+        return make_surrogate(config.surrogate, levels, fit_seed, device=device,
+                              **config.surrogate_options)
 
     V = np.asarray([v for _, v in observations], dtype=float).reshape(n, len(dirs))
     main = _Outcome(sign * V[:, 0], config, make, X, method, fit_seed)
@@ -964,7 +963,7 @@ class Optimizer:
         cfg = config if isinstance(config, EngineConfig) else EngineConfig.from_dict(config)
         over = {k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition),
                                   ("n_warmup", n_warmup)) if v is not None}
-        self.config = replace(cfg, **over, **settings)
+        self.config = replace(cfg, **over, **settings).for_objectives(len(self.directions))
         self.constraints = check_constraint_names(constraints)
         if self.multi:
             try:
@@ -1203,6 +1202,7 @@ class Optimizer:
         """The optimizer ``state_dict`` described: its next ask is the one the original would make."""
         opt = cls(d["space"], d["direction"], d["seed"], config=d["config"], constraints=d.get("constraints", ()),
                   directions=d.get("directions"))
+        opt.config = EngineConfig.from_dict(d["config"])  # as stored: a state from before a default keeps it
         opt.observations = [(dict(p), [float(x) for x in v] if opt.multi else float(v)) for p, v in d["observations"]]
         opt.constraint_values = [list(map(float, c)) for c in d.get("constraint_values", [])]
         opt.failed = [dict(p) for p in d.get("failed", [])]

@@ -345,7 +345,8 @@ class CaliboSampler(BaseSampler):
         cached = self._fits.get(key)
         if cached is not None and cached[0] == observed:
             return cached[1]
-        snap = fit(observations, space, self.config, directions[0], self._seed, pending=pending,
+        config = self.config.for_objectives(len(directions))
+        snap = fit(observations, space, config, directions[0], self._seed, pending=pending,
                    constraints=constraints, directions=directions if len(directions) > 1 else None)
         self._fits[key] = (observed, snap)
         return snap

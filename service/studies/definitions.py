@@ -120,7 +120,7 @@ def build_definition(name: str, space: Any, direction: str, surrogate: str | Non
         "space": sp.to_dict(),
         "direction": direction,
         "seed": default_seed(name) if seed is None else int(seed),
-        "config": config.to_dict(),
+        "config": config.for_objectives(m).to_dict(),
         "service": service,
     }
     if prune.name != "none" or prune != PrunerConfig():  # studies without one keep their stored form
