@@ -139,7 +139,8 @@ def plot(results: dict, path: Path) -> None:
         ax.set(title=f"{name}: fit + {N_CANDIDATES} predictions", xlabel="observations", ylabel="seconds",
                xscale="log", yscale="log")
     for ax in axes:
-        if not any(len(line.get_xdata()) for line in ax.lines):  # a section not run (and not in --out): a log scale of no data cannot be drawn
+        # a section not run (and not in --out): a log scale of no data cannot be drawn
+        if not any(len(line.get_xdata()) for line in ax.lines):
             ax.set(xscale="linear", yscale="linear", xticks=[], yticks=[])
             ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes)
             continue

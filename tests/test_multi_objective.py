@@ -238,10 +238,7 @@ def test_qgp_normalized_scores_travel_with_a_multi_objective_snapshot() -> None:
     assert old.config.surrogate_options == {}
     old.tell(*_next(old))
     assert old.snapshot.scale is None
-    one = Optimizer(ZDT_SPACE, seed=2)
-    for _ in range(40):
-        s = one.ask()[0]
-        one.tell(s.params, zdt1(s.params)[0])
+    one = run(lambda p: zdt1(p)[0], ["minimize"], 40, 2)
     assert one.snapshot.method != "raw" and one.snapshot.scale is None
 
 

@@ -1200,9 +1200,10 @@ class Optimizer:
     @classmethod
     def from_state_dict(cls, d: dict[str, Any]) -> Optimizer:
         """The optimizer ``state_dict`` described: its next ask is the one the original would make."""
-        opt = cls(d["space"], d["direction"], d["seed"], config=d["config"], constraints=d.get("constraints", ()),
+        config = EngineConfig.from_dict(d["config"])
+        opt = cls(d["space"], d["direction"], d["seed"], config=config, constraints=d.get("constraints", ()),
                   directions=d.get("directions"))
-        opt.config = EngineConfig.from_dict(d["config"])  # as stored: a state from before a default keeps it
+        opt.config = config  # as stored, not resolved again: a state from before a default keeps it
         opt.observations = [(dict(p), [float(x) for x in v] if opt.multi else float(v)) for p, v in d["observations"]]
         opt.constraint_values = [list(map(float, c)) for c in d.get("constraint_values", [])]
         opt.failed = [dict(p) for p in d.get("failed", [])]
