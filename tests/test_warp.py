@@ -8,10 +8,13 @@ import pytest
 from calibo.engine import EngineConfig, SearchSpace, adapt, fit, initial_states, select
 from calibo.engine.warp import LAMBDA_RANGE, Warp, fit_warp
 
+KINDS = ["yeo-johnson", "yeo-johnson-tail"]
 
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("lam", [0.0, 0.3, 1.0, 1.7, 2.0])
-def test_yeo_johnson_is_a_monotone_bijection_of_the_line(lam: float) -> None:
-    w = Warp("yeo-johnson", lam, 0.5, 2.0)
+def test_yeo_johnson_is_a_monotone_bijection_of_the_line(lam: float, kind: str) -> None:
+    w = Warp(kind, lam, 0.5, 2.0)
     y = np.sort(np.concatenate([-np.logspace(3, -6, 40), [0.0, 0.5], np.logspace(-6, 3, 40)]))
     z = w.forward(y)
     assert np.all(np.isfinite(z)) and np.all(np.diff(z) > 0)
@@ -22,15 +25,39 @@ def test_yeo_johnson_is_a_monotone_bijection_of_the_line(lam: float) -> None:
     assert np.all(np.isfinite(back)) and np.all(np.diff(back) >= 0)
 
 
-def test_fitted_exponent_compresses_the_heavy_tail() -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_fitted_exponent_compresses_the_heavy_tail(kind: str) -> None:
     rng = np.random.default_rng(0)
-    right = fit_warp("yeo-johnson", rng.lognormal(0.0, 1.5, 60))  # losses with a few very bad ones
-    left = fit_warp("yeo-johnson", -rng.lognormal(0.0, 1.5, 60))
-    normal = fit_warp("yeo-johnson", rng.normal(size=400))
+    right = fit_warp(kind, rng.lognormal(0.0, 1.5, 60))  # losses with a few very bad ones
+    left = fit_warp(kind, -rng.lognormal(0.0, 1.5, 60))
+    normal = fit_warp(kind, rng.normal(size=400))
     assert right.lam < 0.5 and left.lam > 1.5
     assert abs(normal.lam - 1.0) < 0.25  # nearly the identity on Gaussian data
     for w in (right, left, normal):
         assert LAMBDA_RANGE[0] <= w.lam <= LAMBDA_RANGE[1]
+
+
+def test_the_tail_warp_compresses_the_bad_tail_without_stretching_the_good_side() -> None:
+    """With a long tail of bad values, the two-sided transform stretches the values below the
+    median too (the incumbent lands far below everything the surrogate knows little about); the
+    one-sided one keeps their scale and compresses only the tail. Mirrored for a long good tail."""
+    rng = np.random.default_rng(1)
+    y = np.r_[rng.normal(0.65, 0.02, 45), rng.uniform(0.9, 1.3, 15)]  # a tree's MSE: a few stumps
+    both, tail = fit_warp("yeo-johnson", y), fit_warp("yeo-johnson-tail", y)
+    assert both.lam < 1 and tail.lam < 1
+    x = (y - tail.loc) / tail.scale
+    good, bad = x < 0, x > 0
+    np.testing.assert_allclose(tail.forward(y)[good], x[good])  # the good side keeps its scale
+    assert np.all(tail.forward(y)[bad] < x[bad])  # the bad tail is compressed
+    # the two-sided warp puts the best further below the median than the data does; this one doesn't
+    xb = (y.min() - both.loc) / both.scale
+    assert both.forward(y.min()) < 1.2 * xb and tail.forward(y.min()) == pytest.approx((y.min() - tail.loc) / tail.scale)
+    # a long tail of *good* values (a maximised accuracy told as its negative): only that side moves
+    m = fit_warp("yeo-johnson-tail", -y)
+    xm = (-y - m.loc) / m.scale
+    assert m.lam > 1
+    np.testing.assert_allclose(m.forward(-y)[xm > 0], xm[xm > 0])
+    assert np.all(m.forward(-y)[xm < 0] > xm[xm < 0])
 
 
 def test_plateaus_and_tiny_samples() -> None:
@@ -73,12 +100,13 @@ def test_predictions_come_back_in_user_units_and_adapt_reads_them() -> None:
             assert new[0].steps == old.steps + 1
 
 
-def test_conformal_coverage_holds_on_a_heavy_tailed_objective() -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_conformal_coverage_holds_on_a_heavy_tailed_objective(kind: str) -> None:
     """Split conformal on the warped scale covers held-out outcomes in the user's units (the plain
     split: the refit of the default over-covers a little, by design; see conformal.conformalize)."""
     space = SearchSpace.from_dict({"x": {"type": "float", "low": 0, "high": 1},
                                    "y": {"type": "float", "low": 0, "high": 1}})
-    cfg = EngineConfig(n_candidates=200, conformal="split", split_refit=False)
+    cfg = EngineConfig(n_candidates=200, conformal="split", split_refit=False, warp=kind)
     covs = []
     for r in range(12):
         rng = np.random.default_rng(100 + r)

@@ -201,7 +201,8 @@ StudySettings = create_model(
            "believer (default; GP surrogates: spread conditioned on the running points, others penalize), "
            "penalize (local penalisation with the model's Lipschitz constant) or radius (fixed diversity radius)")),
     warp=(Literal[WARPS] | None, Field(None, description="output warp before the fit: yeo-johnson (default: "  # type: ignore[valid-type]
-          "a power transform fitted to the values, for heavy-tailed and quantized metrics) or none")),
+          "a power transform fitted to the values, for heavy-tailed and quantized metrics), yeo-johnson-tail "
+          "(the same transform on the side it compresses only) or none")),
     shift=(Literal[SHIFT_MODES] | None, Field(None, description="none (default) or fcs: split-rule intervals "  # type: ignore[valid-type]
            "weighted for the feedback covariate shift of the selection (Fannjiang et al. 2022); not with "
            "conformal cv+ or raw")),

@@ -19,7 +19,20 @@ coverage and ACI/DtACI mean the same before and after it.
 The engine fits, conformalizes and runs its acquisitions on the warped values; a prediction is
 mapped back to the user's units for display (quantiles, intervals, mean), and ``adapt`` warps a
 told value with the warp stored on the prediction before comparing it with the conformal point
-sets. ``none`` keeps the values as they are.
+sets. ``yeo-johnson-tail``: the same centring and scaling, then the Yeo-Johnson transform on the side
+it compresses only, the other side left as it is: with ``lambda < 1`` (a long tail of bad values,
+the usual case of losses) the values above the median are compressed like a log and those below
+it keep their scale; with ``lambda > 1`` the values below the median are compressed instead.
+``lambda`` maximises the normal likelihood of this one-sided transform. The two-sided transform
+with ``lambda < 1`` also *stretches* the values below the median (its lower branch is convex), so
+the incumbent sits several warped units below the rest and every region the surrogate knows
+little about, predicted near the median, looks hopeless beside it: the search keeps to the
+incumbent's basin, and on a plateau of equal best values it stalls there. Compressing the
+heavy tail is what the warp is for; the one-sided transform does only that. Both branches have
+slope 1 at the median, so it is a strictly increasing, continuously differentiable bijection of
+the real line, and every property above holds for it too.
+
+``none`` keeps the values as they are.
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ from typing import Any
 import numpy as np
 from scipy import optimize, stats
 
-WARPS = ("none", "yeo-johnson")
+WARPS = ("none", "yeo-johnson", "yeo-johnson-tail")
 LAMBDA_RANGE = (0.0, 2.0)  # the Yeo-Johnson exponents for which the transform is onto the real line
 MIN_POINTS = 4  # fewer values than this are left unwarped (nothing to estimate a shape from)
 BIG = 1e300  # where the inverse saturates: JSON has no infinity
@@ -49,11 +62,17 @@ class Warp:
     def identity(self) -> bool:
         return self.kind == "none"
 
+    @property
+    def one_sided(self) -> bool:
+        return self.kind == "yeo-johnson-tail"
+
     def forward(self, y: Any) -> np.ndarray:
         y = np.asarray(y, dtype=float)
         if self.identity:
             return y
-        return _yj((y - self.loc) / self.scale, self.lam)
+        x = (y - self.loc) / self.scale
+        z = _yj(x, self.lam)
+        return _tail_only(x, z, self.lam) if self.one_sided else z
 
     def inverse(self, z: Any) -> np.ndarray:
         """The user-unit value of warped ``z``; beyond about 1e300 it saturates (a quantile a model
@@ -62,7 +81,10 @@ class Warp:
         if self.identity:
             return z
         with np.errstate(over="ignore", invalid="ignore"):
-            y = _yj_inverse(z, self.lam) * self.scale + self.loc
+            x = _yj_inverse(z, self.lam)
+            if self.one_sided:  # the sign is kept (0 -> 0), so z's side is x's
+                x = _tail_only(z, x, self.lam)
+            y = x * self.scale + self.loc
         return np.clip(np.nan_to_num(y, nan=self.loc, posinf=BIG, neginf=-BIG), -BIG, BIG)
 
     def to_dict(self) -> dict[str, Any]:
@@ -87,10 +109,37 @@ def fit_warp(kind: str, y: np.ndarray) -> Warp:
     if not scale > 1e-12 * max(1.0, abs(loc)):  # more than half the values tie: a plateau
         scale = float(np.std(y))
     x = (y - loc) / scale
-    res = optimize.minimize_scalar(lambda lam: -stats.yeojohnson_llf(lam, x), bounds=LAMBDA_RANGE,
-                                   method="bounded", options={"xatol": 1e-4})
+    if kind == "yeo-johnson-tail":
+        # the likelihood's two pieces (compress above the median, or below it) meet at lambda = 1
+        fits = [optimize.minimize_scalar(lambda lam: -_tail_llf(lam, x), bounds=b, method="bounded",
+                                         options={"xatol": 1e-4})
+                for b in ((LAMBDA_RANGE[0], 1.0), (1.0, LAMBDA_RANGE[1]))]
+        res = min(fits, key=lambda r: r.fun if r.success else np.inf)
+    else:
+        res = optimize.minimize_scalar(lambda lam: -stats.yeojohnson_llf(lam, x), bounds=LAMBDA_RANGE,
+                                       method="bounded", options={"xatol": 1e-4})
     lam = float(np.clip(res.x, *LAMBDA_RANGE)) if res.success else 1.0
     return Warp(kind, lam, loc, scale)
+
+
+def _tail_only(side: np.ndarray, warped: np.ndarray, lam: float) -> np.ndarray:
+    """``warped`` on the side ``lam`` compresses (above 0 for ``lam < 1``, below for ``lam > 1``),
+    the unwarped values (``side``'s own, for the forward map) on the other."""
+    keep = side < 0 if lam < 1 else side >= 0
+    return np.where(keep, side, warped)
+
+
+def _tail_llf(lam: float, x: np.ndarray) -> float:
+    """Normal log-likelihood of the one-sided transform of ``x`` (profile over mean and variance,
+    plus the log Jacobian of the compressed side), as ``scipy.stats.yeojohnson_llf`` is of the
+    two-sided one."""
+    z = _tail_only(x, _yj(x, lam), lam)
+    var = float(np.var(z))
+    if not var > 0:
+        return -np.inf
+    pos = x >= 0
+    jac = (lam - 1.0) * np.log1p(x[pos]).sum() if lam < 1 else (1.0 - lam) * np.log1p(-x[~pos]).sum()
+    return -0.5 * x.size * np.log(var) + float(jac)
 
 
 def _yj(x: np.ndarray, lam: float) -> np.ndarray:
