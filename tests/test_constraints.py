@@ -39,7 +39,10 @@ def test_the_best_feasible_is_found_and_suggestions_learn_the_boundary() -> None
     assert unconstrained <= value  # the raw best is infeasible: best is the best feasible
     warm = [c for _, _, c in trials[:15]]
     model = [c for _, _, c in trials[15:]]
-    assert np.mean([c <= 0 for c in model]) > np.mean([c <= 0 for c in warm])
+    # the optimum lies on the boundary, so a search that has learnt it straddles it: what shrinks is
+    # by how much the suggestions violate the constraint (not how often: about half land just over)
+    violation = [np.mean(np.maximum(c, 0.0)) for c in (warm, model)]
+    assert violation[1] < 0.1 * violation[0]
     assert np.mean([c <= 0.05 for c in model]) >= 0.8  # at or near the boundary, where the optimum is
     # the constraint has its own calibration record and adaptive state
     cons_records = [r["constraints"][0] for r in opt.records if "constraints" in r]
