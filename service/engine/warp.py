@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 from scipy import optimize, stats
 
-WARPS = ("none", "yeo-johnson", "yeo-johnson-tail")
+TAIL = "yeo-johnson-tail"  # the one-sided transform
+WARPS = ("none", "yeo-johnson", TAIL)
 LAMBDA_RANGE = (0.0, 2.0)  # the Yeo-Johnson exponents for which the transform is onto the real line
 MIN_POINTS = 4  # fewer values than this are left unwarped (nothing to estimate a shape from)
 BIG = 1e300  # where the inverse saturates: JSON has no infinity
@@ -64,7 +65,7 @@ class Warp:
 
     @property
     def one_sided(self) -> bool:
-        return self.kind == "yeo-johnson-tail"
+        return self.kind == TAIL
 
     def forward(self, y: Any) -> np.ndarray:
         y = np.asarray(y, dtype=float)
@@ -109,7 +110,7 @@ def fit_warp(kind: str, y: np.ndarray) -> Warp:
     if not scale > 1e-12 * max(1.0, abs(loc)):  # more than half the values tie: a plateau
         scale = float(np.std(y))
     x = (y - loc) / scale
-    if kind == "yeo-johnson-tail":
+    if kind == TAIL:
         # the likelihood's two pieces (compress above the median, or below it) meet at lambda = 1
         fits = [optimize.minimize_scalar(lambda lam: -_tail_llf(lam, x), bounds=b, method="bounded",
                                          options={"xatol": 1e-4})
