@@ -39,7 +39,7 @@ from calibo.engine.limits import (
     SURROGATE_OPTIONS,
     bad_text,
 )
-from calibo.engine.optimizer import CONFORMAL_MODES, MAX_CONSTRAINTS, MAX_OBJECTIVES
+from calibo.engine.optimizer import CONFORMAL_MODES, INCUMBENTS, MAX_CONSTRAINTS, MAX_OBJECTIVES
 from calibo.engine.pruning import PRUNERS
 from calibo.engine.shift import SHIFT_MODES
 from calibo.engine.surrogates import SURROGATES
@@ -203,6 +203,9 @@ StudySettings = create_model(
     warp=(Literal[WARPS] | None, Field(None, description="output warp before the fit: yeo-johnson (default: "  # type: ignore[valid-type]
           "a power transform fitted to the values, for heavy-tailed and quantized metrics), yeo-johnson-tail "
           "(the same transform on the side it compresses only) or none")),
+    incumbent=(Literal[INCUMBENTS] | None, Field(None, description="what improvement acquisitions improve on: "  # type: ignore[valid-type]
+               "observed (default: the best observed value) or model (the surrogate's least median at the "
+               "observed configurations, the plug-in incumbent of noisy expected improvement)")),
     shift=(Literal[SHIFT_MODES] | None, Field(None, description="none (default) or fcs: split-rule intervals "  # type: ignore[valid-type]
            "weighted for the feedback covariate shift of the selection (Fannjiang et al. 2022); not with "
            "conformal cv+ or raw")),

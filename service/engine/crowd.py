@@ -114,6 +114,11 @@ def _dist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.sqrt(np.maximum(d2, 0.0))
 
 
+def median_of(Q: np.ndarray) -> np.ndarray:
+    """The median of each row of quantiles on a symmetric level grid (the innermost pair's midpoint)."""
+    return _median(Q)
+
+
 def _median(Q: np.ndarray) -> np.ndarray:
     L = Q.shape[1]
     return 0.5 * (Q[:, L // 2 - 1] + Q[:, L // 2])
