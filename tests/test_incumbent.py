@@ -67,3 +67,12 @@ def test_the_setting_goes_through_the_api(http: httpx.Client) -> None:
     assert r.status_code == 201 and r.json()["settings"]["incumbent"] == "model"
     bad = {**body, "name": body["name"] + "-bad", "settings": {"incumbent": "lucky"}}
     assert_error(http.post("/v1/studies", json=bad), 422, "invalid_request", "settings.incumbent")
+
+
+def test_with_several_objectives_there_is_no_single_incumbent_and_the_setting_changes_nothing() -> None:
+    obs = noisy(30)
+    values = [(p, [v, (p["x"] - 0.2) ** 2]) for p, v in obs]
+    snaps = [fit(values, SPACE, EngineConfig(incumbent=inc, n_candidates=200), seed=0,
+                 directions=["minimize", "minimize"]) for inc in ("observed", "model")]
+    assert snaps[0].best == snaps[1].best
+    np.testing.assert_array_equal(snaps[0].candidates, snaps[1].candidates)

@@ -62,8 +62,8 @@ class EngineConfig:
     # best drawn candidates fit's acquisition local search starts from (0: none); 20 measured ahead
     # of 5 on real tuning, sequentially (docs: real-tuning benchmark, "More local search starts")
     local_search: int = 20
-    # what an improvement acquisition improves on: the best observed value, or the surrogate's median
-    # at the best of the observed configurations (the objective's own best, not an observation's)
+    # what an improvement acquisition improves on: the best observed value, or the least of the
+    # surrogate's medians at the observed configurations (one objective; docs: the incumbent)
     incumbent: str = "observed"
     # the acquisition scores the objective, not a noisy observation of it: each candidate's calibrated
     # quantiles narrowed about their median to the surrogate's signal fraction (snapshot.signal)
@@ -341,17 +341,17 @@ class _Outcome:
 INCUMBENTS = ("observed", "model")
 
 
-def _incumbent(config: EngineConfig, cf, X: np.ndarray, y: np.ndarray, feasible: np.ndarray) -> float:
+def _incumbent(cf, X: np.ndarray, y: np.ndarray, feasible: np.ndarray, plug_in: bool) -> float:
     """What an improvement acquisition improves on (warped, minimised), over the feasible observations
     (all of them when none is feasible).
 
-    ``observed``: the best observed value. ``model``: the least of the surrogate's medians at the
+    The best observed value; with ``plug_in`` (``incumbent="model"``), the least of the surrogate's medians at the
     observed configurations, the plug-in incumbent of noisy EI (Picheny et al., 2013). The acquisition
     scores the objective (``EngineConfig.noise_free``); where the surrogate explains part of the spread
     as noise, the best observation is the luckiest draw, a level the objective itself may not reach,
     and measuring improvements against it leaves them to the most uncertain, least explored regions."""
     rows = np.flatnonzero(feasible) if feasible.any() else np.arange(y.size)
-    if config.incumbent == "observed":
+    if not plug_in:
         return float(y[rows].min())
     return float(crowd.median_of(cf.model.predict_quantiles(X[rows])).min())
 
@@ -383,7 +383,7 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     C = np.asarray(constraints, dtype=float).reshape(n, -1) if constraints is not None else np.empty((n, 0))
     cons = [_Outcome(C[:, j], config, make, X, method, fit_seed + 1 + j) for j in range(C.shape[1])]
     feasible = np.all(C <= 0, axis=1)
-    best = _incumbent(config, cf, X, y, feasible) if len(dirs) == 1 else float(y.min())
+    best = _incumbent(cf, X, y, feasible, plug_in=config.incumbent == "model" and len(dirs) == 1)
     thresholds = [float(o.warp.forward(0.0)) for o in cons]
     Y = np.stack([main.y] + [o.y for o in objs], axis=1)  # (n, m): every objective, minimised, warped
     # what the candidate set mutates: the best observations, by Pareto rank with several objectives
