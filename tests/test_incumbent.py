@@ -7,11 +7,11 @@ import httpx
 import numpy as np
 import pytest
 from conftest import unique
+from test_api import BRANIN, assert_error
 
 from calibo.engine import EngineConfig, SearchSpace, fit, initial_states, select
-from calibo.engine.crowd import median_of
+from calibo.engine.crowd import median
 from calibo.engine.errors import ConfigError
-from tests.test_api import BRANIN, assert_error
 
 SPACE = SearchSpace.from_dict({"x": {"type": "float", "low": 0.0, "high": 1.0}})
 
@@ -35,7 +35,7 @@ def test_the_plug_in_incumbent_is_the_models_best_median_not_the_luckiest_draw()
     # the fit's own surrogate at the observed configurations: a fit of the same data and seed whose
     # candidates are those rows stores its quantiles there
     at = fit(obs, SPACE, cfg, seed=0, candidates=snap.observed)
-    assert snap.best == pytest.approx(float(median_of(at.raw).min()), abs=1e-5)
+    assert snap.best == pytest.approx(float(median(at.raw).min()), abs=1e-5)
     observed = fit(obs, SPACE, EngineConfig(warp="none", n_candidates=300), seed=0)
     assert observed.best == lucky  # the default: the best observation
 

@@ -99,7 +99,7 @@ def fit_info(model: Any, cand: np.ndarray, raw: np.ndarray, mode: str,
         if objectives:
             info["objective_kernels"] = [kernel_of(m) for m in objectives]
     if mode == "penalize" or (mode == "believer" and kernel is None):
-        info["lipschitz"] = lipschitz(cand, _median(raw))
+        info["lipschitz"] = lipschitz(cand, median(raw))
     return info
 
 
@@ -114,12 +114,8 @@ def _dist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.sqrt(np.maximum(d2, 0.0))
 
 
-def median_of(Q: np.ndarray) -> np.ndarray:
+def median(Q: np.ndarray) -> np.ndarray:
     """The median of each row of quantiles on a symmetric level grid (the innermost pair's midpoint)."""
-    return _median(Q)
-
-
-def _median(Q: np.ndarray) -> np.ndarray:
     L = Q.shape[1]
     return 0.5 * (Q[:, L // 2 - 1] + Q[:, L // 2])
 
@@ -235,19 +231,19 @@ class Fantasies:
 
 def narrow(Q: np.ndarray, factor: np.ndarray) -> np.ndarray:
     """Calibrated quantiles narrowed about their median by ``factor`` (N,)."""
-    med = _median(Q)[:, None]
+    med = median(Q)[:, None]
     return med + factor[:, None] * (Q - med)
 
 
 def believed_best(best: float, Q: np.ndarray, rows: list[int]) -> float:
     """The incumbent once every running point is believed at its calibrated median."""
-    return min(best, float(_median(Q[rows]).min())) if rows else best
+    return min(best, float(median(Q[rows]).min())) if rows else best
 
 
 def believed_points(Qs: list[np.ndarray], rows: list[int]) -> np.ndarray:
     """(len(rows), m) the running points believed at their calibrated medians, one column per
     objective (``Qs``: each objective's quantiles): several objectives' kriging believer."""
-    return np.stack([_median(Q[rows]) for Q in Qs], axis=1) if rows else np.empty((0, len(Qs)))
+    return np.stack([median(Q[rows]) for Q in Qs], axis=1) if rows else np.empty((0, len(Qs)))
 
 
 def penalty(cand: np.ndarray, Q: np.ndarray, levels: np.ndarray, lipschitz_: float, best: float,
@@ -256,7 +252,7 @@ def penalty(cand: np.ndarray, Q: np.ndarray, levels: np.ndarray, lipschitz_: flo
     out = np.ones(cand.shape[0])
     if not rows:
         return out
-    mu = _median(Q[rows])
+    mu = median(Q[rows])
     s = _spread(Q[rows], levels)
     d = _dist(cand, cand[rows])  # (N, P)
     z = (lipschitz_ * d - (mu - best)[None, :]) / (math.sqrt(2.0) * s[None, :])
@@ -318,7 +314,7 @@ class Crowd:
             L = info.get("lipschitz")
             if L is None:  # a snapshot fitted before crowd info was stored
                 if "lipschitz" not in snapshot.cache:
-                    snapshot.cache["lipschitz"] = lipschitz(self.cand, _median(snapshot.raw))
+                    snapshot.cache["lipschitz"] = lipschitz(self.cand, median(snapshot.raw))
                 L = snapshot.cache["lipschitz"]
             self.lipschitz = float(L)
 

@@ -353,7 +353,7 @@ def _incumbent(cf, X: np.ndarray, y: np.ndarray, feasible: np.ndarray, plug_in: 
     rows = np.flatnonzero(feasible) if feasible.any() else np.arange(y.size)
     if not plug_in:
         return float(y[rows].min())
-    return float(crowd.median_of(cf.model.predict_quantiles(X[rows])).min())
+    return float(crowd.median(cf.model.predict_quantiles(X[rows])).min())
 
 
 def _fit(observations, space, config, direction, seed, candidates, device, pending=(), constraints=None,
