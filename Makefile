@@ -20,8 +20,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 venv: $(STAMP)
 
+# The suite runs on every core (pytest-xdist): each worker process has its own databases, ports and
+# servers (tests/conftest.py), and most of the slow tests wait on live servers, fits and restarts.
+# TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 # The documentation site (mkdocs-material + mkdocstrings): docs/ and mkdocs.yml, built into site/;
 # --strict fails on any broken link or missing reference. The REST reference is generated from the app.
