@@ -10,7 +10,7 @@ from conftest import unique
 from test_api import BRANIN, assert_error
 
 from calibo.engine import EngineConfig, SearchSpace, fit, initial_states, select
-from calibo.engine.crowd import median
+from calibo.engine.acquisition import median
 from calibo.engine.errors import ConfigError
 
 SPACE = SearchSpace.from_dict({"x": {"type": "float", "low": 0.0, "high": 1.0}})

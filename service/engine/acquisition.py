@@ -72,6 +72,12 @@ def mean_of(Q: np.ndarray, levels: np.ndarray) -> np.ndarray:
     return ((q[:, 1:] + q[:, :-1]) * 0.5 * np.diff(p)[None, :]).sum(axis=1)
 
 
+def median(Q: np.ndarray) -> np.ndarray:
+    """The median of each row of quantiles on a symmetric level grid (the innermost pair's midpoint)."""
+    L = Q.shape[1]
+    return 0.5 * (Q[:, L // 2 - 1] + Q[:, L // 2])
+
+
 def ucb(Q: np.ndarray, levels: np.ndarray, pair: int = 0) -> np.ndarray:
     return Q[:, pair]
 

@@ -54,6 +54,8 @@ from typing import Any
 import numpy as np
 from scipy.special import erfc, ndtri
 
+from .acquisition import median
+
 CROWD_MODES = ("believer", "penalize", "radius")
 SQRT5 = math.sqrt(5.0)
 MAX_COLUMNS = 1024  # kernel columns a snapshot keeps for the selects on it (N floats each)
@@ -112,12 +114,6 @@ def _matern52(d: np.ndarray) -> np.ndarray:
 def _dist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     d2 = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T
     return np.sqrt(np.maximum(d2, 0.0))
-
-
-def median(Q: np.ndarray) -> np.ndarray:
-    """The median of each row of quantiles on a symmetric level grid (the innermost pair's midpoint)."""
-    L = Q.shape[1]
-    return 0.5 * (Q[:, L // 2 - 1] + Q[:, L // 2])
 
 
 def _spread(Q: np.ndarray, levels: np.ndarray) -> np.ndarray:

@@ -28,6 +28,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtri
 
+from .acquisition import median
+
 MULTI_ACQUISITIONS = ("ehvi", "parego")
 SAMPLES = 128  # Monte Carlo draws per candidate and objective
 
@@ -360,7 +362,7 @@ def scores(kind: str, Qs: list[np.ndarray], levels: np.ndarray, front: np.ndarra
     if N == 0:
         return out
     lv = np.asarray(levels, dtype=float)
-    mid = np.stack([Q[:, lv.size // 2 - 1: lv.size // 2 + 1].mean(axis=1) for Q in Qs], axis=1)
+    mid = np.stack([median(Q) for Q in Qs], axis=1)
     if kind == "ehvi":
         if len(Qs) not in (2, 3):
             raise ValueError("ehvi is exact for two or three objectives; use parego for four")

@@ -353,7 +353,7 @@ def _incumbent(cf, X: np.ndarray, y: np.ndarray, feasible: np.ndarray, plug_in: 
     rows = np.flatnonzero(feasible) if feasible.any() else np.arange(y.size)
     if not plug_in:
         return float(y[rows].min())
-    return float(crowd.median(cf.model.predict_quantiles(X[rows])).min())
+    return float(acq.median(cf.model.predict_quantiles(X[rows])).min())
 
 
 def _fit(observations, space, config, direction, seed, candidates, device, pending=(), constraints=None,
@@ -436,7 +436,7 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     raw = mine["raw"]
     cal_weight, cand_weight = snapshot_weights(config.shift, cf.method, X, cf.cal_index, Xc, raw, levels,
                                                config.acquisition, best, fit_seed)
-    heads = [Head(kind="objective", best=float(o.y[feasible].min() if feasible.any() else o.y.min()),
+    heads = [Head(kind="objective", best=_incumbent(o.cf, X, o.y, feasible, plug_in=False),
                   sign=signs[j], warp=None if o.warp.identity else o.warp.to_dict(), **outputs(o.cf))
              for j, o in enumerate(objs, start=1)]
     heads += [Head(kind="constraint", threshold=t, warp=None if o.warp.identity else o.warp.to_dict(),
