@@ -20,10 +20,11 @@ averaged. Everything goes through the engine's fit / select / adapt.
 Writes benchmarks/results/calibration.json and calibration.png.
 
 Crowd rows (``--in-flight 1,8,32``). The engine's default study (EngineConfig(),
-10 levels -> 90/70/50/30/10% intervals) is driven by its real path with K
-trials in flight on a virtual clock: durations lognormal(0, 1), seeded by
-task, seed and K; whenever a trial completes, its outcome is told and a new
-one is asked. Each ask fits on the observations completed by then and calls
+10 levels -> 90/70/50/30/10% intervals; ``--settings`` JSON changes it) is driven
+by its real path with K trials in flight on a virtual clock: durations
+lognormal(0, 1), seeded by task, seed and K; whenever a trial completes, its
+outcome is told and a new one is asked. Once the study is warmed up
+(``EngineConfig.warmed_up``) each ask fits on the observations completed by then and calls
 ``select(..., pending=<the running configurations>)``; each pair's adaptive
 state is updated when the trial completes (late, out of order). For every
 conformalized prediction the benchmark keeps ``beta = sup{a : y in C(a)}`` per
@@ -259,13 +260,16 @@ def durations(task: str, seed: int, k: int, n: int) -> np.ndarray:
 
 
 class CrowdRun:
-    """The default engine driven with ``k`` trials in flight on a virtual clock."""
+    """The default engine (or the default with ``settings``) driven with ``k`` trials in flight on a
+    virtual clock."""
 
-    def __init__(self, task_name: str, seed: int, k: int, trials: int) -> None:
+    def __init__(self, task_name: str, seed: int, k: int, trials: int,
+                 settings: dict[str, Any] | None = None) -> None:
         self.task, self.seed, self.k, self.trials = TASKS[task_name], seed, k, trials
+        self.config = replace(GRID, **(settings or {}))
         self.space = SearchSpace.from_dict(self.task.space)
         self.sign = 1.0 if self.task.direction == "minimize" else -1.0
-        self.states = initial_states(GRID, seed)
+        self.states = initial_states(self.config, seed)
         self.dur = durations(task_name, seed, k, trials)
         self.asked: list[Trial] = []
         self.done: list[tuple[dict, float]] = []
@@ -276,8 +280,9 @@ class CrowdRun:
 
     def ask(self, pending: list[dict]) -> Trial:
         t, done = len(self.asked), self.done
-        snap = self.fit(done, GRID, pending) if len(done) >= GRID.n_warmup else None
-        sug = select(snap, self.states, self.space, GRID, direction=self.task.direction, seed=self.seed,
+        # the engine's own rule for when the model takes over (EngineConfig.warmed_up)
+        snap = self.fit(done, self.config, pending) if self.config.warmed_up(len(done), len(pending)) else None
+        sug = select(snap, self.states, self.space, self.config, direction=self.task.direction, seed=self.seed,
                      asked=t, exclude=[p for p, _ in done], pending=pending, n_observed=len(done))[0]
         trial = Trial(sug.params, float(self.task.objective(sug.params)), len(done), sug.prediction)
         if done:
@@ -306,7 +311,7 @@ class CrowdRun:
         sets["fresh"] = sets["default"]  # sequential: the completed trials are all the asked ones
         if self.k > 1:
             before = [(a.params, a.value) for a in self.asked]
-            fresh = self.fit(before, GRID, [], candidates=self.space.to_unit([trial.params]))
+            fresh = self.fit(before, self.config, [], candidates=self.space.to_unit([trial.params]))
             if fresh.method != "raw":
                 sets["fresh"] = Sets.of(fresh.bounds, 0, warped(fresh.meta.get("warp")))
 
@@ -330,7 +335,7 @@ class CrowdRun:
 def replay(run: CrowdRun, key: str, adapter: str, feedback: str) -> tuple[np.ndarray, np.ndarray]:
     """Coverage (T, P) of the scored trials with the adaptive states replayed: of the shown
     intervals (clamped ends, what a study records) and by the exact rule ``alpha at ask < beta``."""
-    states = initial_states(replace(GRID, adapter=adapter), run.seed)
+    states = initial_states(replace(run.config, adapter=adapter), run.seed)
     if feedback == "now":
         events = [(e, t) for t in range(len(run.asked)) for e in ("ask", "done")]
     else:
@@ -362,8 +367,8 @@ def old_display(run: CrowdRun) -> np.ndarray:
     return np.array(out, dtype=float)
 
 
-def crowd_sequence(task_name: str, seed: int, k: int, trials: int) -> dict:
-    run = CrowdRun(task_name, seed, k, trials).run()
+def crowd_sequence(task_name: str, seed: int, k: int, trials: int, settings: dict[str, Any] | None = None) -> dict:
+    run = CrowdRun(task_name, seed, k, trials, settings).run()
     rows = {}
     for name, (key, adapter, feedback) in CROWD_ROWS.items():
         shown, rule = replay(run, key, adapter, feedback)
@@ -478,14 +483,16 @@ def run_pool(fn, jobs: list[tuple], workers: int, desc: str) -> list[dict]:
 def run_crowd(args: argparse.Namespace, ks: list[int]) -> None:
     t0 = time.time()
     tasks = args.tasks.split(",")
-    jobs = [(t, s, k, args.trials) for t in tasks for s in range(args.seeds) for k in ks]
+    settings = json.loads(args.settings) if args.settings else {}
+    replace(GRID, **settings)  # a bad setting fails here, before any run
+    jobs = [(t, s, k, args.trials, settings) for t in tasks for s in range(args.seeds) for k in ks]
     runs = run_pool(crowd_sequence, jobs, args.workers, "crowd runs")
     runs.sort(key=lambda r: (r["task"], r["k"], r["seed"]))
     summary = summarize_crowd(runs)
     print_crowd(summary, args.seeds, args.trials)
     out = Path(args.crowd_out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"tasks": tasks, "seeds": args.seeds, "trials": args.trials, "in_flight": ks,
+    meta = {"tasks": tasks, "seeds": args.seeds, "trials": args.trials, "in_flight": ks, "settings": settings,
             "levels": GRID.level_grid.tolist(), "wall_seconds": time.time() - t0}
     out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=1))
     plot_crowd(summary, out.with_suffix(".png"))
@@ -528,6 +535,9 @@ def main() -> None:
     ap.add_argument("--no-variants", action="store_true", help="skip the sequential variants table")
     ap.add_argument("--out", default=str(RESULTS / "calibration.json"))
     ap.add_argument("--crowd-out", default=str(RESULTS / "calibration_crowd.json"))
+    ap.add_argument("--settings", default="",
+                    help='engine settings of the crowd rows\' study as JSON (e.g. \'{"warmup_observed": 0.667}\'); '
+                         "default: the engine's defaults")
     args = ap.parse_args()
     if not args.no_variants:
         run_variants(args)

@@ -282,14 +282,19 @@ def simulate(opt, task: Task, dur: np.ndarray, k: int, trials: int) -> dict[str,
 
 
 def calibration(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Empirical coverage per interval pair over the predicted trials, and the mean |coverage - nominal|."""
+    """Empirical coverage per interval pair over the predicted trials, and the mean |coverage - nominal|;
+    the same over the conformalized predictions alone (``gap_conformal``: the raw ones, before
+    ``conformalize_from`` observations, are the surrogate's own quantiles)."""
     from calibo.engine import metrics as M
 
     cal = M.summarize(records)
     if not cal["n"]:
         return {"n_predicted": 0, "coverage": None, "nominal": None, "gap": None}
     gap = float(np.mean(np.abs(np.subtract(cal["coverage"], cal["nominal"]))))
-    return {"n_predicted": cal["n"], "coverage": cal["coverage"], "nominal": cal["nominal"], "gap": gap}
+    conf = M.summarize(records, conformal_only=True)
+    gap_conf = float(np.mean(np.abs(np.subtract(conf["coverage"], conf["nominal"])))) if conf["n"] else None
+    return {"n_predicted": cal["n"], "coverage": cal["coverage"], "nominal": cal["nominal"], "gap": gap,
+            "n_conformal": conf["n"], "gap_conformal": gap_conf}
 
 
 def run_crowd(method: str, task_name: str, trials: int, k: int, seed: int) -> dict[str, Any]:
@@ -364,20 +369,27 @@ def _summarize_k(runs: list[dict], trials: int) -> dict:
             "sign_tests": _sign_tests(curves, methods, cells, trials)}
 
 
+def _task_means(runs: list[dict], m: str, k: int, field: str) -> dict[str, float]:
+    """``field`` of method ``m``'s runs at ``k``, mean over seeds per task (runs without it left out)."""
+    by_task: dict[str, list[float]] = {}
+    for r in runs:
+        if r["method"] == m and r["k"] == k and r.get(field) is not None:
+            by_task.setdefault(r["task"], []).append(r[field])
+    return {t: float(np.mean(g)) for t, g in sorted(by_task.items())}
+
+
 def _gaps(runs: list[dict], ks: list[int]) -> dict:
-    """Calibration gap per calibo method: per K per task (mean over seeds), mean over tasks, ratio to K = 1."""
+    """Calibration gap per calibo method: per K per task (mean over seeds), mean over tasks, ratio to K = 1;
+    ``mean_conformal``, the mean over tasks of the gap over conformalized predictions alone (runs that
+    recorded it)."""
     out: dict[str, dict] = {}
     for m in sorted({r["method"] for r in runs if is_calibo(r["method"])}):
-        per: dict[int, dict[str, float]] = {}
-        for k in ks:
-            by_task: dict[str, list[float]] = {}
-            for r in runs:
-                if r["method"] == m and r["k"] == k and r.get("gap") is not None:
-                    by_task.setdefault(r["task"], []).append(r["gap"])
-            per[k] = {t: float(np.mean(g)) for t, g in sorted(by_task.items())}
+        per = {k: _task_means(runs, m, k, "gap") for k in ks}
+        conf = {k: _task_means(runs, m, k, "gap_conformal") for k in ks}
         mean = {k: float(np.mean(list(v.values()))) if v else None for k, v in per.items()}
         base = per.get(1, {})
         out[m] = {str(k): {"per_task": per[k], "mean": mean[k],
+                           "mean_conformal": float(np.mean(list(conf[k].values()))) if conf[k] else None,
                            "ratio_to_k1": mean[k] / mean[1] if mean.get(1) and mean[k] is not None else None,
                            "ratio_to_k1_per_task": {t: g / base[t] for t, g in per[k].items() if base.get(t)}}
                   for k in ks}
@@ -418,8 +430,8 @@ def print_gaps(summary: dict) -> None:
         print(f"{'task':<18}" + "".join(f"{'K=' + k:>9}" for k in ks))
         for t in summary["tasks"]:
             print(f"{t:<18}" + "".join(f"{per_k[k]['per_task'].get(t, float('nan')):>9.3f}" for k in ks))
-        for row in ("mean", "ratio_to_k1"):
-            print(f"{row:<18}" + "".join(f"{_num(per_k[k][row]):>9}" for k in ks))
+        for row in ("mean", "ratio_to_k1", "mean_conformal"):
+            print(f"{row:<18}" + "".join(f"{_num(per_k[k].get(row)):>9}" for k in ks))
 
 
 def _num(v: float | None) -> str:
