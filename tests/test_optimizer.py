@@ -96,17 +96,19 @@ def _first_model_based_ask(opt: Optimizer, in_flight: int, trials: int = 30) -> 
 
 
 def test_with_trials_in_flight_the_warm_up_can_count_launched_trials() -> None:
-    """By default a crowd of 8 waits for 15 finished trials (22 quasi-random ones launched); with
-    warmup_observed=0.5 it launches the warm-up's 15 points, and the model takes over once 8 have
-    finished. Sequentially the warm-up is the first 15 observations either way."""
+    """By default (warmup_observed=1) a crowd of 8 waits for 15 finished trials (22 quasi-random
+    ones launched); with 2/3 it fits first on 10 finished trials, 17 launched; with 0.5 it
+    launches the warm-up's 15 points, and the model takes over once 8 have finished.
+    Sequentially the warm-up is the first 15 observations whatever the share."""
     space = SearchSpace.from_dict(BRANIN_SPACE)
     assert _first_model_based_ask(Optimizer(BRANIN_SPACE, seed=3, config=FAST), 8) == 22
+    assert _first_model_based_ask(Optimizer(BRANIN_SPACE, seed=3, config=FAST | {"warmup_observed": 2 / 3}), 8) == 17
     opt = Optimizer(BRANIN_SPACE, seed=3, config=FAST | {"warmup_observed": 0.5})
     assert _first_model_based_ask(opt, 8) == 15  # trials 0-14 quasi-random, 15 from the model
     # the warm-up trials are the study's first 15 Sobol points, none skipped
     launched = [p for p, _ in opt.observations] + [p for p, _ in opt.pending]
     assert set(space.keys(space.sample(15, 3))) <= set(space.keys(space.to_unit(launched)))
-    for share in (0.5, 1.0):
+    for share in (0.5, 2 / 3, 1.0):
         seq = Optimizer(BRANIN_SPACE, seed=3, config=FAST | {"warmup_observed": share})
         assert _first_model_based_ask(seq, 1) == 15
 
@@ -116,6 +118,9 @@ def test_warmed_up_needs_four_observations_and_the_launched_warm_up() -> None:
     assert not cfg.warmed_up(7, 100) and cfg.warmed_up(8, 7) and not cfg.warmed_up(8, 6)
     assert cfg.warmed_up(15) and not cfg.warmed_up(14)
     assert not EngineConfig(n_warmup=15).warmed_up(14, 100)  # the default waits for 15 finished
+    two_thirds = EngineConfig(warmup_observed=2 / 3)  # 10 of the 15 finished, once 15 are launched
+    assert two_thirds.warmup_least == 10 and two_thirds.warmed_up(10, 7) and not two_thirds.warmed_up(9, 100)
+    assert not two_thirds.warmed_up(10, 4) and not two_thirds.warmed_up(14) and two_thirds.warmed_up(15)
     small = EngineConfig(n_warmup=2, warmup_observed=0.5)  # a fit needs 4 observations, whatever the warm-up
     assert not small.warmed_up(3, 10) and small.warmed_up(4)
     for bad in (0.0, -0.5, 1.5):
