@@ -399,7 +399,7 @@ def feedback_lag(events: list[tuple[str, int]]) -> list[int]:
 
 
 def gap(coverage: np.ndarray) -> float:
-    return float(np.mean(np.abs(np.asarray(coverage) - GRID_NOMINAL)))
+    return M.coverage_gap(coverage, GRID_NOMINAL)
 
 
 def _task_cell(rs: list[dict], name: str) -> dict:

@@ -290,11 +290,10 @@ def calibration(records: list[dict[str, Any]]) -> dict[str, Any]:
     cal = M.summarize(records)
     if not cal["n"]:
         return {"n_predicted": 0, "coverage": None, "nominal": None, "gap": None}
-    gap = float(np.mean(np.abs(np.subtract(cal["coverage"], cal["nominal"]))))
     conf = M.summarize(records, conformal_only=True)
-    gap_conf = float(np.mean(np.abs(np.subtract(conf["coverage"], conf["nominal"])))) if conf["n"] else None
-    return {"n_predicted": cal["n"], "coverage": cal["coverage"], "nominal": cal["nominal"], "gap": gap,
-            "n_conformal": conf["n"], "gap_conformal": gap_conf}
+    return {"n_predicted": cal["n"], "coverage": cal["coverage"], "nominal": cal["nominal"],
+            "gap": M.coverage_gap(cal["coverage"], cal["nominal"]), "n_conformal": conf["n"],
+            "gap_conformal": M.coverage_gap(conf["coverage"], conf["nominal"]) if conf["n"] else None}
 
 
 def run_crowd(method: str, task_name: str, trials: int, k: int, seed: int) -> dict[str, Any]:

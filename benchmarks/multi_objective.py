@@ -226,6 +226,8 @@ class _Optuna:
 def calibration(records: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     """Per objective: coverage per interval pair over the trials a conformalized model predicted, and
     the mean |coverage - nominal| over the pairs."""
+    from calibo.engine import metrics as M
+
     recs = [r["objectives"] for r in records if r.get("objectives") and r["objectives"][0]["method"] != "raw"]
     if not recs:
         return None
@@ -234,7 +236,7 @@ def calibration(records: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         cov = np.mean([r[j]["covered"] for r in recs], axis=0)
         nominal = np.asarray(recs[0][j]["coverage"])
         out.append({"n": len(recs), "coverage": cov.tolist(), "nominal": nominal.tolist(),
-                    "gap": float(np.mean(np.abs(cov - nominal)))})
+                    "gap": M.coverage_gap(cov, nominal)})
     return out
 
 

@@ -18,6 +18,8 @@ def test_coverage_breach_and_rolling_error() -> None:
     np.testing.assert_allclose(M.rolling_coverage_error(covered, [0.8, 0.5], 20), [0.25, 0.5])
     assert np.isnan(M.rolling_coverage_error(covered[:10], [0.8, 0.5], 20)).all()
     np.testing.assert_allclose(M.cumulative_coverage(covered)[[0, 29, 39], 0], [1.0, 1.0, 0.75])
+    # the calibration gap: mean over pairs of |coverage - nominal| = (|0.75 - 0.8| + |0 - 0.5|) / 2
+    assert M.coverage_gap(M.coverage(covered), [0.8, 0.5]) == pytest.approx(0.275)
 
 
 def test_trailing_coverage_by_hand() -> None:

@@ -30,6 +30,11 @@ def coverage(covered: np.ndarray) -> np.ndarray:
     return c.mean(axis=0) if c.size else np.full(c.shape[-1] if c.ndim == 2 else 0, np.nan)
 
 
+def coverage_gap(coverage_: Sequence[float], nominal: Sequence[float]) -> float:
+    """The calibration gap: the mean over interval pairs of |empirical coverage - nominal coverage|."""
+    return float(np.mean(np.abs(np.subtract(coverage_, nominal))))
+
+
 def breach_rate(covered: np.ndarray) -> np.ndarray:
     return 1.0 - coverage(covered)
 
