@@ -260,13 +260,12 @@ def durations(task: str, seed: int, k: int, n: int) -> np.ndarray:
 
 
 class CrowdRun:
-    """The default engine (or the default with ``settings``) driven with ``k`` trials in flight on a
-    virtual clock."""
+    """The engine with ``config`` (the default study unless ``--settings``) driven with ``k`` trials in
+    flight on a virtual clock."""
 
-    def __init__(self, task_name: str, seed: int, k: int, trials: int,
-                 settings: dict[str, Any] | None = None) -> None:
+    def __init__(self, task_name: str, seed: int, k: int, trials: int, config: EngineConfig = GRID) -> None:
         self.task, self.seed, self.k, self.trials = TASKS[task_name], seed, k, trials
-        self.config = replace(GRID, **(settings or {}))
+        self.config = config
         self.space = SearchSpace.from_dict(self.task.space)
         self.sign = 1.0 if self.task.direction == "minimize" else -1.0
         self.states = initial_states(self.config, seed)
@@ -367,8 +366,8 @@ def old_display(run: CrowdRun) -> np.ndarray:
     return np.array(out, dtype=float)
 
 
-def crowd_sequence(task_name: str, seed: int, k: int, trials: int, settings: dict[str, Any] | None = None) -> dict:
-    run = CrowdRun(task_name, seed, k, trials, settings).run()
+def crowd_sequence(task_name: str, seed: int, k: int, trials: int, config: EngineConfig = GRID) -> dict:
+    run = CrowdRun(task_name, seed, k, trials, config).run()
     rows = {}
     for name, (key, adapter, feedback) in CROWD_ROWS.items():
         shown, rule = replay(run, key, adapter, feedback)
@@ -484,8 +483,8 @@ def run_crowd(args: argparse.Namespace, ks: list[int]) -> None:
     t0 = time.time()
     tasks = args.tasks.split(",")
     settings = json.loads(args.settings) if args.settings else {}
-    replace(GRID, **settings)  # a bad setting fails here, before any run
-    jobs = [(t, s, k, args.trials, settings) for t in tasks for s in range(args.seeds) for k in ks]
+    config = replace(GRID, **settings)  # a bad setting fails here, before any run
+    jobs = [(t, s, k, args.trials, config) for t in tasks for s in range(args.seeds) for k in ks]
     runs = run_pool(crowd_sequence, jobs, args.workers, "crowd runs")
     runs.sort(key=lambda r: (r["task"], r["k"], r["seed"]))
     summary = summarize_crowd(runs)
