@@ -484,6 +484,9 @@ def run_crowd(args: argparse.Namespace, ks: list[int]) -> None:
     tasks = args.tasks.split(",")
     settings = json.loads(args.settings) if args.settings else {}
     config = replace(GRID, **settings)  # a bad setting fails here, before any run
+    if not np.array_equal(config.level_grid, GRID.level_grid):
+        sys.exit("--settings: the crowd rows are scored against the default's levels (90/70/50/30/10%); "
+                 "n_levels and levels cannot change")
     jobs = [(t, s, k, args.trials, config) for t in tasks for s in range(args.seeds) for k in ks]
     runs = run_pool(crowd_sequence, jobs, args.workers, "crowd runs")
     runs.sort(key=lambda r: (r["task"], r["k"], r["seed"]))
