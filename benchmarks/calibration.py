@@ -33,8 +33,8 @@ so the default row is the driver itself): coverage is ``alpha at ask < beta``,
 which is what the shown interval covers (each pair's own conformal set). Two
 rows read the driver's predictions as shown: its intervals, and the pairs of
 its sorted quantiles (what predictions showed before). Variants on the same
-asked points, the split ones from one fit with ``conformal="split",
-shift="fcs"`` per ask (unweighted and weighted bounds):
+asked points, the split ones from one fit of the same study with
+``conformal="split", shift="fcs"`` per ask (unweighted and weighted bounds):
 
     default (adaptive + ACI) | adaptive + DtACI | split (+ACI, +DtACI) | split+FCS (+ACI, +DtACI) | default+FCS (ACI, DtACI)
 
@@ -221,7 +221,6 @@ CROWD_ROWS = {
     "default+FCS, DtACI": ("default_fcs", "dtaci", "late"),
 }
 OLD_DISPLAY = "default, sorted quantiles (old display)"  # the pairs of the driver's sorted quantiles
-SPLIT_FCS = EngineConfig(conformal="split", shift="fcs")
 
 
 class Sets:
@@ -266,6 +265,9 @@ class CrowdRun:
     def __init__(self, task_name: str, seed: int, k: int, trials: int, config: EngineConfig = GRID) -> None:
         self.task, self.seed, self.k, self.trials = TASKS[task_name], seed, k, trials
         self.config = config
+        # the split rows: the same study with split conformal and FCS weights (its conformalize_from too,
+        # so each conformalized prediction of the driver has a conformalized split counterpart)
+        self.split_config = replace(config, conformal="split", shift="fcs")
         self.space = SearchSpace.from_dict(self.task.space)
         self.sign = 1.0 if self.task.direction == "minimize" else -1.0
         self.states = initial_states(self.config, seed)
@@ -301,7 +303,7 @@ class CrowdRun:
 
         sets["default"] = Sets(pred["points"], pred.get("shift") == "fcs", warped(pred.get("warp")))
         # the default snapshot's candidates (its fit's local search added some a split fit would not)
-        split = self.fit(self.done, SPLIT_FCS, pending, candidates=snap.candidates)
+        split = self.fit(self.done, self.split_config, pending, candidates=snap.candidates)
         row = split.candidate_keys().index(self.space.key(trial.params))
         y_split = warped(split.meta.get("warp"))
         sets["split_fcs"] = Sets.of(split.bounds, row, y_split)
