@@ -77,6 +77,7 @@ from benchmarks.tasks import TASKS  # noqa: E402
 from calibo.engine import EngineConfig, SearchSpace, adapt, fit, initial_states, select  # noqa: E402
 from calibo.engine import metrics as M  # noqa: E402
 from calibo.engine.conformal import Bounds, beta_of, issued_beta, pair_alphas, pair_interval  # noqa: E402
+from calibo.engine.errors import ConfigError  # noqa: E402
 from calibo.engine.optimizer import warmup_points  # noqa: E402
 from calibo.engine.warp import Warp  # noqa: E402
 
@@ -369,7 +370,11 @@ def old_display(run: CrowdRun) -> np.ndarray:
 
 
 def crowd_sequence(task_name: str, seed: int, k: int, trials: int, config: EngineConfig = GRID) -> dict:
-    run = CrowdRun(task_name, seed, k, trials, config).run()
+    return score_run(CrowdRun(task_name, seed, k, trials, config).run())
+
+
+def score_run(run: CrowdRun) -> dict:
+    """A finished crowd run's coverage per row, and what the summary reads of it."""
     rows = {}
     for name, (key, adapter, feedback) in CROWD_ROWS.items():
         shown, rule = replay(run, key, adapter, feedback)
@@ -380,7 +385,7 @@ def crowd_sequence(task_name: str, seed: int, k: int, trials: int, config: Engin
                          "n": int(old.shape[0])}
     scored = [a for a in run.asked if a.sets]
     return {
-        "task": task_name, "seed": seed, "k": k, "rows": rows,
+        "task": run.task.name, "seed": run.seed, "k": run.k, "rows": rows,
         "nn_dist": float(np.nanmean([a.nn_dist for a in scored])) if scored else float("nan"),
         "late_by": float(np.mean(feedback_lag(run.events))),
         "best": (min if run.task.direction == "minimize" else max)(a.value for a in run.asked),
@@ -485,7 +490,10 @@ def run_crowd(args: argparse.Namespace, ks: list[int]) -> None:
     t0 = time.time()
     tasks = args.tasks.split(",")
     settings = json.loads(args.settings) if args.settings else {}
-    config = replace(GRID, **settings)  # a bad setting fails here, before any run
+    try:  # a bad setting fails here, before any run
+        config = EngineConfig.from_dict(settings)
+    except ConfigError as e:
+        sys.exit(f"--settings: {e}")
     if not np.array_equal(config.level_grid, GRID.level_grid):
         sys.exit("--settings: the crowd rows are scored against the default's levels (90/70/50/30/10%); "
                  "n_levels and levels cannot change")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.calibration import CrowdRun, crowd_sequence
+from benchmarks.calibration import CrowdRun, score_run
 from calibo.engine import EngineConfig
 
 
@@ -11,8 +11,8 @@ def test_crowd_rows_score_every_conformalized_prediction_with_early_conformaliza
     split rows fit the same study with split conformal, so each such prediction is scored in every
     row (the split rows once fitted the default study, raw below 32, and the run failed)."""
     config = EngineConfig(conformalize_from=10, n_candidates=300, local_search=2)
-    out = crowd_sequence("forrester", 0, 4, 30, config)
     run = CrowdRun("forrester", 0, 4, 30, config).run()
+    out = score_run(run)
     predicted = [a for a in run.asked if a.prediction is not None]
     assert predicted and all(a.prediction["method"] != "raw" for a in predicted)
     n = len(predicted)
