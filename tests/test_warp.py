@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from calibo.engine import EngineConfig, SearchSpace, adapt, fit, initial_states, select
-from calibo.engine.warp import LAMBDA_RANGE, Warp, fit_warp
+from calibo.engine.warp import LAMBDA_RANGE, Warp, decluster_weights, fit_warp
 
 KINDS = ["yeo-johnson", "yeo-johnson-tail"]
 
@@ -127,3 +127,44 @@ def test_conformal_coverage_holds_on_a_heavy_tailed_objective(kind: str) -> None
     nominal = 1.0 - np.array([s.target for s in initial_states(cfg)])
     cov = np.mean(covs, axis=0)
     assert np.all(cov >= nominal - 0.04) and np.all(cov <= nominal + 0.08), cov.round(3)
+
+
+def test_declustering_keeps_the_scale_when_the_search_piles_up_at_its_incumbent() -> None:
+    """A spread sample of a heavy-tailed loss, then half as many again re-sampled within 1e-4 of the
+    best configuration with values within 1e-5 of each other: plain, the median absolute deviation
+    collapses onto the cluster; declustered (the cluster counts about as one), the scale stays that
+    of the spread sample, and the warmup reference (its first values only) gives it exactly."""
+    rng = np.random.default_rng(3)
+    spread_u = rng.uniform(size=(40, 3))
+    spread_y = 0.68 + rng.lognormal(-3.0, 1.0, 40)
+    best = spread_u[np.argmin(spread_y)]
+    cluster_u = best + rng.uniform(-1e-4, 1e-4, size=(60, 3))
+    cluster_y = spread_y.min() + rng.uniform(0.0, 1e-5, 60)
+    U, y = np.vstack([spread_u, cluster_u]), np.concatenate([spread_y, cluster_y])
+    w = decluster_weights(U)
+    others = np.arange(40) != np.argmin(spread_y)  # the best joins its own cluster
+    assert w[40:].sum() < 2.0 and np.all(w[:40][others] > 0.4)
+    alone = fit_warp("yeo-johnson", spread_y).scale
+    plain = fit_warp("yeo-johnson", y).scale
+    declustered = fit_warp("yeo-johnson", y, w).scale
+    first = fit_warp("yeo-johnson", y, (np.arange(y.size) < 40).astype(float))
+    assert plain < alone / 20
+    assert alone / 2 < declustered < alone * 2
+    assert first.scale == pytest.approx(alone) and first.loc == pytest.approx(float(np.median(spread_y)))
+    # equal weights are the plain warp exactly
+    assert fit_warp("yeo-johnson", y, np.ones(y.size)) == fit_warp("yeo-johnson", y)
+
+
+@pytest.mark.parametrize("reference", ["warmup", "declustered"])
+def test_warp_reference_reaches_the_fit(reference: str) -> None:
+    space = SearchSpace.from_dict({"x": {"type": "float", "low": 0.0, "high": 1.0},
+                                   "y": {"type": "float", "low": 0.0, "high": 1.0}})
+    rng = np.random.default_rng(0)
+    pts = [{"x": float(a), "y": float(b)} for a, b in rng.uniform(size=(20, 2))]
+    pts += [{"x": pts[0]["x"] + 1e-5 * i, "y": pts[0]["y"]} for i in range(1, 21)]
+    obs = [(p, float(np.exp(3 * p["x"]) + p["y"])) for p in pts]
+    plain = fit(obs, space, EngineConfig(n_candidates=200), seed=0).meta["warp"]
+    other = fit(obs, space, EngineConfig(n_candidates=200, warp_reference=reference), seed=0).meta["warp"]
+    assert other["scale"] > 2 * plain["scale"]
+    with pytest.raises(ValueError, match="warp_reference"):
+        EngineConfig(warp_reference="latest")

@@ -45,7 +45,7 @@ from .shift import SHIFT_MODES, snapshot_weights
 from .snapshot import Head, Snapshot
 from .space import ParamError, SearchSpace
 from .surrogates import SURROGATES, make_surrogate
-from .warp import BIG, WARPS, Warp, fit_warp
+from .warp import BIG, WARPS, Warp, decluster_weights, fit_warp
 
 DIRECTIONS = ("minimize", "maximize")
 MAX_OBJECTIVES = 4
@@ -62,6 +62,10 @@ class EngineConfig:
     # best drawn candidates fit's acquisition local search starts from (0: none); 20 measured ahead
     # of 5 on real tuning, sequentially (docs: real-tuning benchmark, "More local search starts")
     local_search: int = 20
+    # what the warp's centre and scale are estimated from: every observation (observed), the first
+    # n_warmup (warmup), or every observation with cell-declustering weights (declustered); docs:
+    # real-tuning benchmark, "The warp's reference"
+    warp_reference: str = "observed"
     # what an improvement acquisition improves on: the best observed value, or the least of the
     # surrogate's medians at the observed configurations (one objective; docs: the incumbent)
     incumbent: str = "observed"
@@ -119,6 +123,8 @@ class EngineConfig:
             bad("incumbent", f"must be one of {list(INCUMBENTS)}")
         if self.warp not in WARPS:
             bad("warp", f"must be one of {list(WARPS)}")
+        if self.warp_reference not in WARP_REFERENCES:
+            bad("warp_reference", f"must be one of {list(WARP_REFERENCES)}")
         if self.crowd not in crowd.CROWD_MODES:
             bad("crowd", f"must be one of {list(crowd.CROWD_MODES)}")
         if self.multi_acquisition not in ("auto", *multi.MULTI_ACQUISITIONS):
@@ -335,7 +341,12 @@ class _Outcome:
 
     def __init__(self, values: np.ndarray, config: EngineConfig, make, X: np.ndarray, method: str,
                  fit_seed: int) -> None:
-        self.warp = fit_warp(config.warp, values)
+        w = None
+        if config.warp_reference == "warmup":
+            w = (np.arange(values.size) < config.n_warmup).astype(float)
+        elif config.warp_reference == "declustered":
+            w = decluster_weights(X)
+        self.warp = fit_warp(config.warp, values, w)
         self.y = self.warp.forward(values)
         self.cf = conformalize(make, X, self.y, method, fit_seed, k_folds=config.cv_folds,
                                cal_fraction=config.cal_fraction, n_bootstraps=config.n_bootstraps,
@@ -343,6 +354,7 @@ class _Outcome:
 
 
 INCUMBENTS = ("observed", "model")
+WARP_REFERENCES = ("observed", "warmup", "declustered")
 
 
 def _incumbent(cf, X: np.ndarray, y: np.ndarray, feasible: np.ndarray, plug_in: bool) -> float:

@@ -33,6 +33,14 @@ slope 1 at the median, so it is a strictly increasing, continuously differentiab
 the real line, and every property above holds for it too.
 
 ``none`` keeps the values as they are.
+
+Centre and scale come from every observation by default. A search concentrates its trials near its
+incumbent, and their median absolute deviation shrinks as it does (on the real-tuning suite's
+``enet_poly_diabetes`` from 0.035 at 15 observations to 9e-5 at 100): differences of 1e-5 near the
+incumbent then span warped units, and the surrogate keeps re-sampling there. ``fit_warp``'s
+``weights`` correct for that: the first ``n_warmup`` values only (the quasi-random warm-up, a sample
+of the whole space), or cell-declustering weights (``decluster_weights``; the study setting
+``warp_reference``).
 """
 
 from __future__ import annotations
@@ -98,16 +106,20 @@ class Warp:
         return cls(str(d["kind"]), float(d["lam"]), float(d["loc"]), float(d["scale"]))
 
 
-def fit_warp(kind: str, y: np.ndarray) -> Warp:
-    """The warp of ``kind`` fitted to the values ``y`` (minimise orientation)."""
+def fit_warp(kind: str, y: np.ndarray, weights: np.ndarray | None = None) -> Warp:
+    """The warp of ``kind`` fitted to the values ``y`` (minimise orientation); ``weights``: each
+    value's weight in the centre and scale (``decluster_weights``), all equal by default."""
     if kind not in WARPS:
         raise ValueError(f"warp must be one of {WARPS}, not {kind!r}")
     y = np.asarray(y, dtype=float)
     if kind == "none" or y.size < MIN_POINTS or np.ptp(y) <= 0:
         return Warp()
-    loc = float(np.median(y))
-    scale = float(np.median(np.abs(y - loc))) * 1.4826
+    w = np.ones(y.size) if weights is None else np.asarray(weights, dtype=float)
+    loc = _weighted_median(y, w)
+    scale = _weighted_median(np.abs(y - loc), w) * 1.4826
     if not scale > 1e-12 * max(1.0, abs(loc)):  # more than half the values tie: a plateau
+        scale = float(np.sqrt(np.average((y - np.average(y, weights=w)) ** 2, weights=w)))
+    if not scale > 0:
         scale = float(np.std(y))
     x = (y - loc) / scale
     if kind == TAIL:
@@ -121,6 +133,39 @@ def fit_warp(kind: str, y: np.ndarray) -> Warp:
                                        method="bounded", options={"xatol": 1e-4})
     lam = float(np.clip(res.x, *LAMBDA_RANGE)) if res.success else 1.0
     return Warp(kind, lam, loc, scale)
+
+
+def _weighted_median(v: np.ndarray, w: np.ndarray) -> float:
+    """The weighted median: where the cumulative weight reaches half, the midpoint of the two values
+    there when it reaches half exactly (so equal weights give ``np.median``, and 0/1 weights the
+    median of the values weighted 1)."""
+    if np.all(w == w[0]):
+        return float(np.median(v))
+    o = np.argsort(v, kind="stable")
+    vs, ws = v[o][w[o] > 0], w[o][w[o] > 0]
+    c = np.cumsum(ws)
+    half = 0.5 * c[-1]
+    i = int(np.searchsorted(c, half - 1e-12 * c[-1]))
+    if abs(c[i] - half) <= 1e-12 * c[-1] and i + 1 < vs.size:
+        return float(0.5 * (vs[i] + vs[i + 1]))
+    return float(vs[i])
+
+
+DECLUSTER_RADIUS = 0.25  # of the spacing n ** (-1 / d) of n points spread evenly over the unit cube
+
+
+def decluster_weights(X: np.ndarray, radius: float = DECLUSTER_RADIUS) -> np.ndarray:
+    """Cell-declustering weights of the observed rows ``X`` (features on the unit scale): each
+    observation counts ``1 / m``, ``m`` the observations (itself included) closer to it than
+    ``radius * n ** (-1 / d)``. A search sends many trials near its incumbent; weighted so, a tight
+    cluster of them counts about as one observation in the warp's centre and scale, which then
+    describe the objective over the space rather than where the search has been."""
+    X = np.asarray(X, dtype=float)
+    n, d = X.shape
+    r = radius * n ** (-1.0 / max(d, 1))
+    sq = (X * X).sum(1)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * X @ X.T
+    return 1.0 / np.maximum((d2 < r * r).sum(1), 1)
 
 
 def _tail_only(side: np.ndarray, warped: np.ndarray, lam: float) -> np.ndarray:
