@@ -136,19 +136,13 @@ def fit_warp(kind: str, y: np.ndarray, weights: np.ndarray | None = None) -> War
 
 
 def _weighted_median(v: np.ndarray, w: np.ndarray) -> float:
-    """The weighted median: where the cumulative weight reaches half, the midpoint of the two values
-    there when it reaches half exactly (so equal weights give ``np.median``, and 0/1 weights the
-    median of the values weighted 1)."""
+    """The lower weighted median: the least value at which the cumulative weight reaches half (equal
+    weights give ``np.median``, 0/1 weights on an odd count the median of the values weighted 1)."""
     if np.all(w == w[0]):
         return float(np.median(v))
     o = np.argsort(v, kind="stable")
-    vs, ws = v[o][w[o] > 0], w[o][w[o] > 0]
-    c = np.cumsum(ws)
-    half = 0.5 * c[-1]
-    i = int(np.searchsorted(c, half - 1e-12 * c[-1]))
-    if abs(c[i] - half) <= 1e-12 * c[-1] and i + 1 < vs.size:
-        return float(0.5 * (vs[i] + vs[i + 1]))
-    return float(vs[i])
+    c = np.cumsum(w[o])
+    return float(v[o][np.searchsorted(c, 0.5 * c[-1])])
 
 
 DECLUSTER_RADIUS = 0.25  # of the spacing n ** (-1 / d) of n points spread evenly over the unit cube
