@@ -340,13 +340,8 @@ class _Outcome:
     """One modelled outcome of a fit: its warp, warped values, conformal fit (``conformalize``)."""
 
     def __init__(self, values: np.ndarray, config: EngineConfig, make, X: np.ndarray, method: str,
-                 fit_seed: int) -> None:
-        w = None
-        if config.warp_reference == "warmup":
-            w = (np.arange(values.size) < config.n_warmup).astype(float)
-        elif config.warp_reference == "declustered":
-            w = decluster_weights(X)
-        self.warp = fit_warp(config.warp, values, w)
+                 fit_seed: int, weights: np.ndarray | None = None) -> None:
+        self.warp = fit_warp(config.warp, values, weights)
         self.y = self.warp.forward(values)
         self.cf = conformalize(make, X, self.y, method, fit_seed, k_folds=config.cv_folds,
                                cal_fraction=config.cal_fraction, n_bootstraps=config.n_bootstraps,
@@ -355,6 +350,16 @@ class _Outcome:
 
 INCUMBENTS = ("observed", "model")
 WARP_REFERENCES = ("observed", "warmup", "declustered")
+
+
+def _warp_weights(config: EngineConfig, X: np.ndarray) -> np.ndarray | None:
+    """Each observation's weight in the warps' centre and scale (``warp_reference``), the same for
+    every outcome of a fit: computed once per fit."""
+    if config.warp_reference == "warmup":
+        return (np.arange(X.shape[0]) < config.n_warmup).astype(float)
+    if config.warp_reference == "declustered":
+        return decluster_weights(X)
+    return None
 
 
 def _incumbent(cf, X: np.ndarray, y: np.ndarray, feasible: np.ndarray, plug_in: bool) -> float:
@@ -393,11 +398,12 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
                               **config.surrogate_options)
 
     V = np.asarray([v for _, v in observations], dtype=float).reshape(n, len(dirs))
-    main = _Outcome(sign * V[:, 0], config, make, X, method, fit_seed)
+    ww = _warp_weights(config, X)
+    main = _Outcome(sign * V[:, 0], config, make, X, method, fit_seed, ww)
     warp, y, cf = main.warp, main.y, main.cf
-    objs = [_Outcome(signs[j] * V[:, j], config, make, X, method, fit_seed + 101 + j) for j in range(1, len(dirs))]
+    objs = [_Outcome(signs[j] * V[:, j], config, make, X, method, fit_seed + 101 + j, ww) for j in range(1, len(dirs))]
     C = np.asarray(constraints, dtype=float).reshape(n, -1) if constraints is not None else np.empty((n, 0))
-    cons = [_Outcome(C[:, j], config, make, X, method, fit_seed + 1 + j) for j in range(C.shape[1])]
+    cons = [_Outcome(C[:, j], config, make, X, method, fit_seed + 1 + j, ww) for j in range(C.shape[1])]
     feasible = np.all(C <= 0, axis=1)
     best = _incumbent(cf, X, y, feasible, plug_in=config.incumbent == "model" and len(dirs) == 1)
     thresholds = [float(o.warp.forward(0.0)) for o in cons]
