@@ -132,6 +132,7 @@ def test_list_get_delete(http: httpx.Client) -> None:
     ({"name": "x", "space": BRANIN, "settings": {"ask_wait_seconds": -1}}, "settings.ask_wait_seconds"),
     ({"name": "x", "space": BRANIN, "settings": {"levels": [0.2, 0.9]}}, "settings.levels"),
     ({"name": "x", "space": BRANIN, "settings": {"warp_reference": "latest"}}, "settings.warp_reference"),
+    ({"name": "x", "space": BRANIN, "settings": {"split_scores": "jackknife"}}, "settings.split_scores"),
     ({"name": "x", "space": BRANIN, "pruner": "bogus"}, "pruner.name"),
 ])
 def test_bad_study_definitions_name_the_field(http: httpx.Client, body: dict, field: str) -> None:

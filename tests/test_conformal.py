@@ -234,3 +234,57 @@ def test_qgp_normalized_scores_keep_the_posterior_shape_and_cover() -> None:
                 np.testing.assert_allclose(width - raw, width[0] - raw[0], atol=1e-6 * np.std(y))
     cov = np.mean(covs, axis=0)
     assert np.all(np.abs(cov - NOMINAL) <= 0.03), cov
+
+
+def test_qgp_leave_one_out_quantiles_are_the_model_refitted_without_each_point() -> None:
+    """The closed form (R&W eq. 5.12) against refitting the same kernel on the other n - 1 points:
+    equal up to the target's standardisation, which the closed form keeps from all n."""
+    rng = np.random.default_rng(5)
+    X, y = draw(rng, 50)
+    model = make_surrogate("qgp", LEVELS, 0).fit(X, y)
+    q, scale = model.loo_quantiles()
+    assert q.shape == (50, LEVELS.size) and scale is None
+    for i in (0, 17, 49):
+        keep = np.arange(50) != i
+        alone = model.fold_clone().fit(X[keep], y[keep]).predict_quantiles(X[i:i + 1])[0]
+        np.testing.assert_allclose(q[i], alone, atol=0.02 * np.std(y))
+    # a family without an exact form answers None (the engine keeps held-out scores)
+    assert make_surrogate("qgbm", LEVELS, 0).fit(X, y).loo_quantiles() is None
+
+
+def test_split_loo_scores_the_shown_model_and_covers_within_three_points() -> None:
+    """``loo``: the shown model is tuned on every observation and every observation is scored by its
+    leave-one-out prediction; the intervals still cover at the nominal (the jackknife's coverage on
+    exchangeable data), and at a point the model has seen the set is not emptied by scores of a
+    model that never saw it."""
+    covs = []
+    for r in range(40):
+        rng = np.random.default_rng(1000 + r)
+        X, y = draw(rng, 160)
+        Xt, yt = draw(rng, 300)
+        cf = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r, refit=True, loo=True)
+        assert cf.method == "split" and cf.scores.shape == (160, LEVELS.size // 2)
+        np.testing.assert_array_equal(cf.cal_index, np.arange(160))
+        Q = Bounds(cf.method, cf.model.predict_quantiles(Xt), cf.scores).at(ALPHAS)
+        covs.append([np.mean((Q[:, 0] <= yt) & (yt <= Q[:, 3])), np.mean((Q[:, 1] <= yt) & (yt <= Q[:, 2]))])
+    cov = np.mean(covs, axis=0)
+    assert np.all(np.abs(cov - NOMINAL) <= 0.03), cov
+    # without refit, loo is not used: the split's held-out scores
+    plain = conformalize(lambda: make_surrogate("qgp", LEVELS, 0), X, y, "split", 3, loo=True)
+    assert plain.scores.shape[0] == 40
+
+
+def test_split_scores_setting_is_checked_and_reaches_the_fit() -> None:
+    from calibo.engine import EngineConfig, SearchSpace, fit
+    from calibo.engine.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="split_scores"):
+        EngineConfig(split_scores="jackknife")
+    space = SearchSpace.from_dict({"a": {"type": "float", "low": 0.0, "high": 1.0},
+                                   "b": {"type": "float", "low": 0.0, "high": 1.0}})
+    rng = np.random.default_rng(2)
+    obs = [({"a": float(a), "b": float(b)}, float(np.sin(6 * b) + 2 * a)) for a, b in rng.random((60, 2))]
+    held = fit(obs, space, EngineConfig(n_candidates=200), seed=0)
+    loo = fit(obs, space, EngineConfig(n_candidates=200, split_scores="loo"), seed=0)
+    assert held.method == loo.method == "split"
+    assert held.scores.shape[0] == 15 and loo.scores.shape[0] == 60

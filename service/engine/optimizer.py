@@ -50,6 +50,7 @@ from .warp import BIG, WARPS, Warp, decluster_weights, fit_warp
 DIRECTIONS = ("minimize", "maximize")
 MAX_OBJECTIVES = 4
 CONFORMAL_MODES = ("adaptive", "split", "cv+", "crossval", "jab+", "raw")
+SPLIT_SCORES = ("held-out", "loo")
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class EngineConfig:
     cv_folds: int = 5
     cal_fraction: float = 0.25
     split_refit: bool = True  # split conformal: the shown model sees every observation (conformal.conformalize)
+    split_scores: str = "held-out"  # held-out | loo: with split_refit, the scores' source (conformal.conformalize)
     n_bootstraps: int = 20  # bootstrap models of jab+
     aci_gamma: float = 0.05  # ACI learning rate; a 100-trial horizon needs a fast one
     dtaci_window: int = 50
@@ -119,6 +121,8 @@ class EngineConfig:
         for flag in ("split_refit", "noise_free"):
             if not isinstance(getattr(self, flag), bool):
                 bad(flag, "must be true or false")
+        if self.split_scores not in SPLIT_SCORES:
+            bad("split_scores", f"must be one of {list(SPLIT_SCORES)}")
         if self.incumbent not in INCUMBENTS:
             bad("incumbent", f"must be one of {list(INCUMBENTS)}")
         if self.warp not in WARPS:
@@ -345,7 +349,7 @@ class _Outcome:
         self.y = self.warp.forward(values)
         self.cf = conformalize(make, X, self.y, method, fit_seed, k_folds=config.cv_folds,
                                cal_fraction=config.cal_fraction, n_bootstraps=config.n_bootstraps,
-                               refit=config.split_refit)
+                               refit=config.split_refit, loo=config.split_scores == "loo")
 
 
 INCUMBENTS = ("observed", "model")

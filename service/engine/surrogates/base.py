@@ -109,6 +109,13 @@ class BaseSurrogate(ABC):
         """(n,) spread of the standardised target: one (plain CQR scores) unless a family is scaled."""
         return np.ones(X.shape[0])
 
+    def loo_quantiles(self) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """Leave-one-out quantiles (n, L) at the training points, in the target's units, and the
+        leave-one-out spread (n,) for a scaled surrogate (None otherwise): each row as predicted
+        by the model conditioned on every other training point, with the same hyperparameters.
+        None for a family that has no exact closed form (the engine then keeps held-out scores)."""
+        return None
+
     def predict_signal_fraction(self, X: np.ndarray) -> np.ndarray:
         """(n,) the share of the predictive spread that is uncertainty about the objective itself:
         ``sqrt(1 - v / s^2)`` with ``s`` the predictive sd of an observation and ``v`` the fitted
