@@ -288,3 +288,15 @@ def test_split_scores_setting_is_checked_and_reaches_the_fit() -> None:
     loo = fit(obs, space, EngineConfig(n_candidates=200, split_scores="loo"), seed=0)
     assert held.method == loo.method == "split"
     assert held.scores.shape[0] == 15 and loo.scores.shape[0] == 60
+
+
+def test_loo_is_asked_before_fitting_and_falls_back_to_held_out_scores() -> None:
+    """``has_loo`` answers before any fit (no full fit is made only to be discarded): the GP on its
+    scikit-learn backend has the closed form, on torch (SGPR beyond exact sizes) it does not, and
+    the split then keeps its held-out scores."""
+    assert make_surrogate("qgp", LEVELS, 0).has_loo(60)
+    assert not make_surrogate("qgp", LEVELS, 0, backend="torch").has_loo(60)
+    assert not make_surrogate("qgbm", LEVELS, 0).has_loo(60)
+    X, y = draw(np.random.default_rng(4), 60)
+    cf = conformalize(lambda: make_surrogate("qgbm", LEVELS, 0), X, y, "split", 3, refit=True, loo=True)
+    assert cf.scores.shape[0] == 15  # a quarter held out

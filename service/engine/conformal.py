@@ -212,11 +212,9 @@ def conformalize(
     n = X.shape[0]
     if method == "split" and refit and loo:
         full = make()
-        if getattr(full, "conditions_on_refit", False):
-            got = full.fit(X, y).loo_quantiles()
-            if got is not None:  # every observation scored by the shown model without it
-                q, scale = got
-                return ConformalFit("split", full, scores(q, y, scale), cal_index=np.arange(n))
+        if full.has_loo(n):  # asked first: a fit without the closed form would be thrown away
+            q, scale = full.fit(X, y).loo_quantiles()  # every observation scored by the shown model without it
+            return ConformalFit("split", full, scores(q, y, scale), cal_index=np.arange(n))
     if method == "split":
         perm = rng.permutation(n)
         n_cal = max(2, int(round(cal_fraction * n)))

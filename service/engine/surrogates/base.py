@@ -92,9 +92,7 @@ class BaseSurrogate(ABC):
             raise RuntimeError(f"{self.name} surrogate is not fitted")
         if levels is not None and not np.allclose(np.sort(np.asarray(levels, float)), self.levels):
             raise ValueError("this surrogate was fitted for other quantile levels")
-        q = self._predict(np.asarray(X, dtype=float))
-        q = np.sort(q, axis=1)  # quantile-crossing repair
-        return q * self._sd + self._mu
+        return self._target_quantiles(self._predict(np.asarray(X, dtype=float)))
 
     def predict_scale(self, X: np.ndarray) -> np.ndarray:
         """(n,) spread in the target's units (scaled surrogates); ones for the others."""
@@ -103,11 +101,24 @@ class BaseSurrogate(ABC):
         X = np.asarray(X, dtype=float)
         if not self.scaled:
             return self._scale(X)
-        return np.maximum(np.asarray(self._scale(X), float), MIN_SCALE) * self._sd
+        return self._target_spread(self._scale(X))
 
     def _scale(self, X: np.ndarray) -> np.ndarray:
         """(n,) spread of the standardised target: one (plain CQR scores) unless a family is scaled."""
         return np.ones(X.shape[0])
+
+    def _target_quantiles(self, q: np.ndarray) -> np.ndarray:
+        """Standardised quantiles (n, L) -> the target's units, crossings repaired by sorting."""
+        return np.sort(q, axis=1) * self._sd + self._mu
+
+    def _target_spread(self, s: np.ndarray) -> np.ndarray:
+        """A standardised spread (n,) -> the target's units, floored at ``MIN_SCALE``."""
+        return np.maximum(np.asarray(s, float), MIN_SCALE) * self._sd
+
+    def has_loo(self, n: int) -> bool:
+        """Whether a fit on ``n`` observations will have ``loo_quantiles`` (asked before fitting, so
+        that no fit is made only to be discarded)."""
+        return False
 
     def loo_quantiles(self) -> tuple[np.ndarray, np.ndarray | None] | None:
         """Leave-one-out quantiles (n, L) at the training points, in the target's units, and the
@@ -134,7 +145,7 @@ class BaseSurrogate(ABC):
         if not self.fitted:
             raise RuntimeError(f"{self.name} surrogate is not fitted")
         q, frac = self._predict_with_signal(np.asarray(X, dtype=float))
-        return np.sort(q, axis=1) * self._sd + self._mu, np.clip(frac, MIN_SIGNAL, 1.0)
+        return self._target_quantiles(q), np.clip(frac, MIN_SIGNAL, 1.0)
 
     def _predict_with_signal(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``_predict`` and ``_signal_fraction`` of ``X``."""

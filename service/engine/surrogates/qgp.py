@@ -53,7 +53,7 @@ from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Kernel, Matern, WhiteKernel
 
 from ..limits import SURROGATE_CHOICES
-from .base import MIN_SCALE, BaseSurrogate
+from .base import BaseSurrogate
 
 # the options that take a word (backend, prior, scores), each's first choice its default: the table the
 # study settings are checked against
@@ -270,7 +270,7 @@ class QGP(BaseSurrogate):
         ``var_-i = 1 / [K^-1]_ii``, the predictive distribution of observation ``i`` from the others
         under the same hyperparameters. One triangular inverse, O(n^3) like the fit itself; None
         on the torch backend (SGPR has no exact form)."""
-        if not self.fitted or self.backend_ != "sklearn" or getattr(self._gp, "L_", None) is None:
+        if not self.fitted or self.backend_ != "sklearn":
             return None
         from scipy.linalg import solve_triangular
 
@@ -279,9 +279,11 @@ class QGP(BaseSurrogate):
         z = np.asarray(self._gp.y_train_, float).ravel()
         mean = z - np.asarray(self._gp.alpha_, float).ravel() / k_inv_diag
         sd = np.maximum(1.0 / np.sqrt(k_inv_diag), 1e-9)
-        q = np.sort(mean[:, None] + sd[:, None] * norm.ppf(self.levels)[None, :], axis=1)
-        scale = np.maximum(sd, MIN_SCALE) * self._sd if self.scaled else None
-        return q * self._sd + self._mu, scale
+        return (self._target_quantiles(self._gaussian_quantiles(mean, sd)),
+                self._target_spread(sd) if self.scaled else None)
+
+    def has_loo(self, n: int) -> bool:
+        return self.choose_backend(n) == "sklearn"
 
     def _signal_fraction(self, X: np.ndarray) -> np.ndarray:
         """The latent function's share of the predictive sd (its variance is the predictive one
@@ -296,7 +298,7 @@ class QGP(BaseSurrogate):
 
     def _predict_with_signal(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         mean, sd = self._moments(X)  # one posterior evaluation for both
-        return mean[:, None] + sd[:, None] * self._z[None, :], self._fraction(sd)
+        return self._gaussian_quantiles(mean, sd), self._fraction(sd)
 
     def predict_moments(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not self.fitted:
@@ -305,5 +307,8 @@ class QGP(BaseSurrogate):
         return mean * self._sd + self._mu, sd * self._sd
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
-        mean, sd = self._moments(X)
+        return self._gaussian_quantiles(*self._moments(X))
+
+    def _gaussian_quantiles(self, mean: np.ndarray, sd: np.ndarray) -> np.ndarray:
+        """(n, L) quantiles at the study's levels of the Gaussians ``N(mean, sd^2)`` (standardised)."""
         return mean[:, None] + sd[:, None] * self._z[None, :]
