@@ -274,9 +274,63 @@ def test_split_loo_scores_the_shown_model_and_covers_within_three_points() -> No
     assert plain.scores.shape[0] == 40
 
 
+def _empty_sets(cf, X: np.ndarray, transport: np.ndarray | None) -> np.ndarray:
+    """(n, P) whether each pair's conformal set at ``ALPHAS`` is empty (crossed ends) at rows ``X``."""
+    b = Bounds(cf.method, cf.model.predict_quantiles(X), cf.scores, scale=transport)
+    out = np.zeros((X.shape[0], b.P), dtype=bool)
+    for j in range(b.P):
+        lo, hi = (np.sort(p, axis=1) for p in b._points(j))
+        for i in range(X.shape[0]):
+            a, c = interval_from_points(lo[i], hi[i], float(ALPHAS[j]))
+            out[i, j] = a > c
+    return out
+
+
+def test_split_transported_empties_a_set_only_where_the_split_model_does() -> None:
+    """``transported``: the refit's correction scaled by its spread over the split model's. At the
+    held-out points, which the refit has seen (noise-free: it predicts them almost exactly), the
+    plain refit's sets are emptied by the split model's negative scores; transported, a set is
+    empty exactly where the split model's own set is, and far from the data (where the refit
+    changed nothing) the correction is the split's."""
+    emptied = transported_empty = 0
+    for r in range(5):
+        rng = np.random.default_rng(r)
+        X = rng.random((60, 2))
+        y = np.sin(4 * X[:, 0]) + X[:, 1] ** 2
+        plain = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r)
+        refit = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r, refit=True)
+        moved = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r, refit=True,
+                             transported=True)
+        assert refit.transport(X) is None and plain.transport(X) is None  # the default: one correction for all
+        Xc = X[moved.cal_index]
+        own = _empty_sets(plain, Xc, None)
+        carried = _empty_sets(moved, Xc, moved.transport(Xc))
+        np.testing.assert_array_equal(carried, own)  # empty exactly where the split model's own set is
+        emptied += int(_empty_sets(refit, Xc, None).sum())
+        transported_empty += int(carried.sum())
+        far = 2.0 + rng.random((20, 2))
+        assert np.all(np.abs(moved.transport(far) - 1.0) < 0.15)
+    assert emptied >= 3 * max(transported_empty, 1), (emptied, transported_empty)
+
+
+def test_split_transported_covers_within_three_points() -> None:
+    covs = []
+    for r in range(40):
+        rng = np.random.default_rng(1000 + r)
+        X, y = draw(rng, 160)
+        Xt, yt = draw(rng, 300)
+        cf = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r, refit=True,
+                          transported=True)
+        Q = Bounds(cf.method, cf.model.predict_quantiles(Xt), cf.scores, scale=cf.transport(Xt)).at(ALPHAS)
+        covs.append([np.mean((Q[:, 0] <= yt) & (yt <= Q[:, 3])), np.mean((Q[:, 1] <= yt) & (yt <= Q[:, 2]))])
+    cov = np.mean(covs, axis=0)
+    assert np.all(np.abs(cov - NOMINAL) <= 0.03), cov
+
+
 def test_split_scores_setting_is_checked_and_reaches_the_fit() -> None:
     from calibo.engine import EngineConfig, SearchSpace, fit
     from calibo.engine.errors import ConfigError
+    from calibo.engine.snapshot import Snapshot
 
     with pytest.raises(ConfigError, match="split_scores"):
         EngineConfig(split_scores="jackknife")
@@ -284,10 +338,16 @@ def test_split_scores_setting_is_checked_and_reaches_the_fit() -> None:
                                    "b": {"type": "float", "low": 0.0, "high": 1.0}})
     rng = np.random.default_rng(2)
     obs = [({"a": float(a), "b": float(b)}, float(np.sin(6 * b) + 2 * a)) for a, b in rng.random((60, 2))]
-    held = fit(obs, space, EngineConfig(n_candidates=200), seed=0)
+    assert EngineConfig().split_scores == "transported"  # the default
+    held = fit(obs, space, EngineConfig(n_candidates=200, split_scores="held-out"), seed=0)
     loo = fit(obs, space, EngineConfig(n_candidates=200, split_scores="loo"), seed=0)
     assert held.method == loo.method == "split"
     assert held.scores.shape[0] == 15 and loo.scores.shape[0] == 60
+    moved = fit(obs, space, EngineConfig(n_candidates=200, split_scores="transported"), seed=0)
+    np.testing.assert_array_equal(moved.scores, held.scores)  # the same held-out scores, carried per candidate
+    assert held.scale is None and moved.scale.shape == (moved.candidates.shape[0],)
+    assert np.all(moved.scale > 0) and moved.scale.min() < 0.9  # the refit is narrower where it saw more
+    assert np.array_equal(Snapshot.from_bytes(moved.to_bytes()).scale, moved.scale)  # stored with it
 
 
 def test_loo_is_asked_before_fitting_and_falls_back_to_held_out_scores() -> None:

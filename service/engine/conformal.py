@@ -127,6 +127,11 @@ def scores(q: np.ndarray, y: np.ndarray, scale: np.ndarray | None = None) -> np.
     return d if scale is None else d / scale[:, None]
 
 
+def _outer_width(q: np.ndarray) -> np.ndarray:
+    """(n,) width of the widest interval pair of quantile rows ``q`` (n, L): a model's spread there."""
+    return q[:, -1] - q[:, 0]
+
+
 def model_scores(model: BaseSurrogate, X: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``scores`` of a fitted model at ``(X, y)``, normalised when the model is scaled."""
     return scores(model.predict_quantiles(X), y, model.predict_scale(X) if model.scaled else None)
@@ -167,6 +172,17 @@ class ConformalFit:
     fold_models: list[BaseSurrogate] | None = None  # CV+ only
     fold_of: np.ndarray | None = None  # (n_cal,) fold index of each score, CV+ only
     cal_index: np.ndarray | None = None  # (n_cal,) which observation each score belongs to
+    scored_model: BaseSurrogate | None = None  # split with refit: the split model the scores came from
+
+    def transport(self, X: np.ndarray, shown: np.ndarray | None = None) -> np.ndarray | None:
+        """Split with refit, quantile scores (``split_scores="transported"``): at rows ``X``, the shown
+        model's spread over the scored split model's (the widths of their widest pairs; ``shown``:
+        the shown model's quantiles there, when already predicted); ``None`` otherwise."""
+        if self.scored_model is None or self.scaled or X.shape[0] == 0:
+            return None
+        shown_w = _outer_width(self.model.predict_quantiles(X) if shown is None else shown)
+        scored_w = _outer_width(self.scored_model.predict_quantiles(X))
+        return shown_w / np.maximum(scored_w, 1e-12 * (1.0 + np.abs(scored_w).max()))
 
     @property
     def scaled(self) -> bool:
@@ -185,6 +201,7 @@ def conformalize(
     n_bootstraps: int = 20,
     refit: bool = False,
     loo: bool = False,
+    transported: bool = False,
 ) -> ConformalFit:
     """Fit the surrogate(s) and the calibration scores of ``method``.
 
@@ -205,6 +222,14 @@ def conformalize(
     (the jackknife; ACI / DtACI keep the long-run coverage). Held-out scores of a model on
     fewer points are wider than the shown model's intervals where the search has converged, and a
     negative correction then empties the narrow sets there (``benchmarks/collapsed_intervals.py``).
+
+    ``transported`` (with ``refit``): the held-out scores stay, and the fit keeps the split model
+    (``scored_model``) so that each candidate's correction can be carried over to the shown model
+    in the split model's units: multiplied by the ratio of the shown model's spread to the split
+    model's at the candidate (``ConformalFit.transport``). Where the refit changed nothing the
+    ratio is 1 and the interval is split's; where the refit saw points the split held out, it is
+    narrower and so is the correction, so the set is empty only where the split model's own set
+    would be.
     """
     if method == "raw":
         return ConformalFit("raw", make().fit(X, y), None)
@@ -222,7 +247,8 @@ def conformalize(
         model = make().fit(X[tr], y[tr])
         sc = model_scores(model, X[cal], y[cal])
         if refit and getattr(model, "conditions_on_refit", False):
-            model = model.fold_clone().fit(X, y)
+            scored, model = model, model.fold_clone().fit(X, y)
+            return ConformalFit("split", model, sc, cal_index=cal, scored_model=scored if transported else None)
         return ConformalFit("split", model, sc, cal_index=cal)
     if method in ("cv+", "crossval"):
         full = make().fit(X, y)  # tunes the hyperparameters the folds reuse
@@ -290,8 +316,10 @@ class Bounds:
 
     ``raw`` is (N, L) raw quantiles; for CV+ ``fold_raw`` is (K, N, L). For a
     scaled surrogate ``scale`` (N,) (and, for CV+, ``fold_scale`` (K, N)) is
-    its spread at each candidate, which multiplies the (normalised) scores. The
-    sort is done once (lazily) and reused by every select at any alpha.
+    its spread at each candidate, which multiplies the (normalised) scores; with
+    ``split_scores="transported"`` it is the shown model's spread over the scored
+    split model's (``ConformalFit.transport``). The sort is done once (lazily)
+    and reused by every select at any alpha.
 
     ``cal_weight`` (n_cal,) and ``cand_weight`` (N,), for the split rule only:
     covariate-shift weights of the calibration points and of each candidate

@@ -50,7 +50,7 @@ from .warp import BIG, WARPS, Warp, decluster_weights, fit_warp
 DIRECTIONS = ("minimize", "maximize")
 MAX_OBJECTIVES = 4
 CONFORMAL_MODES = ("adaptive", "split", "cv+", "crossval", "jab+", "raw")
-SPLIT_SCORES = ("held-out", "loo")
+SPLIT_SCORES = ("transported", "held-out", "loo")
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,9 @@ class EngineConfig:
     cv_folds: int = 5
     cal_fraction: float = 0.25
     split_refit: bool = True  # split conformal: the shown model sees every observation (conformal.conformalize)
-    split_scores: str = "held-out"  # held-out | loo: with split_refit, the scores' source (conformal.conformalize)
+    # transported | held-out | loo: with split_refit, the scores' source and how they reach the refit
+    # (conformal.conformalize)
+    split_scores: str = "transported"
     n_bootstraps: int = 20  # bootstrap models of jab+
     aci_gamma: float = 0.05  # ACI learning rate; a 100-trial horizon needs a fast one
     dtaci_window: int = 50
@@ -349,7 +351,8 @@ class _Outcome:
         self.y = self.warp.forward(values)
         self.cf = conformalize(make, X, self.y, method, fit_seed, k_folds=config.cv_folds,
                                cal_fraction=config.cal_fraction, n_bootstraps=config.n_bootstraps,
-                               refit=config.split_refit, loo=config.split_scores == "loo")
+                               refit=config.split_refit, loo=config.split_scores == "loo",
+                               transported=config.split_scores == "transported")
 
 
 INCUMBENTS = ("observed", "model")
@@ -447,15 +450,19 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
                "scores": c.scores, "fold_of": c.fold_of, "signal": None}
         if objective and config.noise_free and Xc.shape[0]:
             raw, signal = c.model.predict_quantiles_and_signal(Xc)
-            out["raw"], out["signal"] = f32(raw), f32(signal)
+            out["signal"] = f32(signal)
         else:
-            out["raw"] = f32(quantiles(c.model))
+            raw = quantiles(c.model)
+        out["raw"] = f32(raw)
         if c.fold_models is not None:
             out["fold_raw"] = f32(np.stack([quantiles(m) for m in c.fold_models]))
         if c.scaled:
             out["scale"] = f32(spread(c.model))
             if c.fold_models is not None:
                 out["fold_scale"] = f32(np.stack([spread(m) for m in c.fold_models]))
+        else:  # split_scores="transported": the correction carried to the shown model at each candidate
+            moved = c.transport(Xc, raw)
+            out["scale"] = None if moved is None else f32(moved)
         return out
 
     mine = outputs(cf)

@@ -73,7 +73,9 @@ class Snapshot:
     scores: np.ndarray | None = None  # (n_cal, P)
     fold_raw: np.ndarray | None = None  # (K, N, L), CV+
     fold_of: np.ndarray | None = None  # (n_cal,), CV+
-    scale: np.ndarray | None = None  # (N,) spread of a scaled surrogate (scores are normalised by it)
+    # (N,) the scores' multiplier at each candidate: a scaled surrogate's spread (its scores are
+    # normalised by it), or with split_scores="transported" the shown model's spread over the split model's
+    scale: np.ndarray | None = None
     fold_scale: np.ndarray | None = None  # (K, N), CV+ of a scaled surrogate
     cal_weight: np.ndarray | None = None  # (n_cal,) FCS weight of each score's point (engine.shift)
     cand_weight: np.ndarray | None = None  # (N,) FCS weight of each candidate
