@@ -94,6 +94,16 @@ def test_create_is_idempotent_and_conflicts_on_a_different_definition(http: http
     assert http.get(f"/v1/studies/{s['id']}").json()["settings"]["n_warmup"] == 7  # unchanged
 
 
+def test_every_engine_setting_is_a_study_setting(http: httpx.Client) -> None:
+    """What the in-process Optimizer takes, a create request takes too, and the study shows it."""
+    chosen = {"split_scores": "loo", "split_refit": True, "warp_reference": "declustered", "noise_free": False}
+    r = http.post("/v1/studies", json={"name": unique(), "space": BRANIN, "settings": chosen})
+    assert r.status_code == 201, r.text
+    assert {k: r.json()["settings"][k] for k in chosen} == chosen
+    shown = http.get(f"/v1/studies/{r.json()['id']}").json()["settings"]
+    assert {k: shown[k] for k in chosen} == chosen
+
+
 def test_list_get_delete(http: httpx.Client) -> None:
     a, b = create(http), create(http, MIXED, direction="maximize")
     listed = {s["id"]: s for s in http.get("/v1/studies").json()["studies"]}
@@ -133,6 +143,8 @@ def test_list_get_delete(http: httpx.Client) -> None:
     ({"name": "x", "space": BRANIN, "settings": {"levels": [0.2, 0.9]}}, "settings.levels"),
     ({"name": "x", "space": BRANIN, "settings": {"warp_reference": "latest"}}, "settings.warp_reference"),
     ({"name": "x", "space": BRANIN, "settings": {"split_scores": "jackknife"}}, "settings.split_scores"),
+    ({"name": "x", "space": BRANIN, "settings": {"split_refit": "yes"}}, "settings.split_refit"),
+    ({"name": "x", "space": BRANIN, "settings": {"noise_free": 1}}, "settings.noise_free"),
     ({"name": "x", "space": BRANIN, "pruner": "bogus"}, "pruner.name"),
 ])
 def test_bad_study_definitions_name_the_field(http: httpx.Client, body: dict, field: str) -> None:

@@ -39,7 +39,14 @@ from calibo.engine.limits import (
     SURROGATE_OPTIONS,
     bad_text,
 )
-from calibo.engine.optimizer import CONFORMAL_MODES, INCUMBENTS, MAX_CONSTRAINTS, MAX_OBJECTIVES
+from calibo.engine.optimizer import (
+    CONFORMAL_MODES,
+    INCUMBENTS,
+    MAX_CONSTRAINTS,
+    MAX_OBJECTIVES,
+    SPLIT_SCORES,
+    WARP_REFERENCES,
+)
 from calibo.engine.pruning import PRUNERS
 from calibo.engine.shift import SHIFT_MODES
 from calibo.engine.surrogates import SURROGATES
@@ -206,6 +213,17 @@ StudySettings = create_model(
     incumbent=(Literal[INCUMBENTS] | None, Field(None, description="what improvement acquisitions improve on: "  # type: ignore[valid-type]
                "observed (default: the best observed value) or model (the surrogate's least median at the "
                "observed configurations, the plug-in incumbent of noisy expected improvement)")),
+    warp_reference=(Literal[WARP_REFERENCES] | None, Field(None, description="the observations the output "  # type: ignore[valid-type]
+                    "warp's centre and scale come from: observed (default: all), warmup (the warm-up's) or "
+                    "declustered (each weighted by its share of its neighbourhood)")),
+    noise_free=(StrictBool | None, Field(None, description="improvement acquisitions score the objective, the "
+                "calibrated quantiles narrowed by the surrogate's signal fraction (default true)")),
+    split_refit=(StrictBool | None, Field(None, description="split conformal shows and searches the GP "
+                 "conditioned on every observation, with the split model's scores (default true)")),
+    split_scores=(Literal[SPLIT_SCORES] | None, Field(None, description="with split_refit, the calibration "  # type: ignore[valid-type]
+                  "scores: held-out (the split model's, added as they are), transported (default: the split "
+                  "model's, each candidate's correction scaled by the refit's spread over the split model's) "
+                  "or loo (no split: the leave-one-out predictions of the GP on every observation)")),
     shift=(Literal[SHIFT_MODES] | None, Field(None, description="none (default) or fcs: split-rule intervals "  # type: ignore[valid-type]
            "weighted for the feedback covariate shift of the selection (Fannjiang et al. 2022); not with "
            "conformal cv+ or raw")),
