@@ -1,10 +1,11 @@
 """Collapsed intervals: how often a shown interval has zero width, and whether it covers.
 
-A pair's conformal set is empty when the correction (one additive amount per pair, the same for
-every candidate) is negative and larger than half the raw interval's width at the candidate; a
-prediction then shows the zero-width interval at the midpoint of its ends
-(``engine.conformal``). Where the search converges, the raw intervals at the asked points are the
-narrowest of all, and that happens most.
+A pair's conformal set is empty when the correction is negative and larger than half the raw
+interval's width at the candidate; a prediction then shows the zero-width interval at the
+midpoint of its ends (``engine.conformal``). With ``split_scores="held-out"`` the correction is
+one additive amount per pair, the same for every candidate: where the search converges, the raw
+intervals at the asked points are the narrowest of all, and that happens most. The default,
+``transported``, scales it at each candidate by the refit's spread over the split model's.
 
 Every (task, seed, setting) is one sequential in-process study (``Optimizer``) of ``--trials``
 trials. For each conformalized prediction (method not ``raw``) the told value is checked against
