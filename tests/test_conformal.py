@@ -35,17 +35,18 @@ def draw(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
     return X, np.sin(6 * X[:, 1]) + 2 * X[:, 0] + (0.1 + 0.9 * X[:, 0]) * noise
 
 
-def mean_coverage(surrogate: str, method: str, n: int, draws: int) -> np.ndarray:
+def mean_coverage(surrogate: str, method: str, n: int, draws: int, **options) -> np.ndarray:
+    """Mean coverage of the 80% and 50% intervals over ``draws`` fits (``options``: conformalize's)."""
     covs = []
     for r in range(draws):
         rng = np.random.default_rng(1000 + r)
         X, y = draw(rng, n)
         Xt, yt = draw(rng, 300)
         cf = conformalize(lambda r=r: make_surrogate(surrogate, LEVELS, r), X, y, method, r,
-                          n_bootstraps=10)
+                          n_bootstraps=10, **options)
         raw = cf.model.predict_quantiles(Xt)
         folds = None if cf.fold_models is None else np.stack([m.predict_quantiles(Xt) for m in cf.fold_models])
-        scale = cf.model.predict_scale(Xt) if cf.scaled else None
+        scale = cf.model.predict_scale(Xt) if cf.scaled else cf.transport(Xt)  # as fit stores it
         Q = Bounds(cf.method, raw, cf.scores, folds, cf.fold_of, scale).at(ALPHAS)
         covs.append([np.mean((Q[:, 0] <= yt) & (yt <= Q[:, 3])), np.mean((Q[:, 1] <= yt) & (yt <= Q[:, 2]))])
     return np.mean(covs, axis=0)
@@ -262,7 +263,7 @@ def test_split_loo_scores_the_shown_model_and_covers_within_three_points() -> No
         rng = np.random.default_rng(1000 + r)
         X, y = draw(rng, 160)
         Xt, yt = draw(rng, 300)
-        cf = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r, refit=True, loo=True)
+        cf = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r, refit=True, split_scores="loo")
         assert cf.method == "split" and cf.scores.shape == (160, LEVELS.size // 2)
         np.testing.assert_array_equal(cf.cal_index, np.arange(160))
         Q = Bounds(cf.method, cf.model.predict_quantiles(Xt), cf.scores).at(ALPHAS)
@@ -270,7 +271,7 @@ def test_split_loo_scores_the_shown_model_and_covers_within_three_points() -> No
     cov = np.mean(covs, axis=0)
     assert np.all(np.abs(cov - NOMINAL) <= 0.03), cov
     # without refit, loo is not used: the split's held-out scores
-    plain = conformalize(lambda: make_surrogate("qgp", LEVELS, 0), X, y, "split", 3, loo=True)
+    plain = conformalize(lambda: make_surrogate("qgp", LEVELS, 0), X, y, "split", 3, split_scores="loo")
     assert plain.scores.shape[0] == 40
 
 
@@ -278,10 +279,10 @@ def _empty_sets(cf, X: np.ndarray, transport: np.ndarray | None) -> np.ndarray:
     """(n, P) whether each pair's conformal set at ``ALPHAS`` is empty (crossed ends) at rows ``X``."""
     b = Bounds(cf.method, cf.model.predict_quantiles(X), cf.scores, scale=transport)
     out = np.zeros((X.shape[0], b.P), dtype=bool)
-    for j in range(b.P):
-        lo, hi = (np.sort(p, axis=1) for p in b._points(j))
-        for i in range(X.shape[0]):
-            a, c = interval_from_points(lo[i], hi[i], float(ALPHAS[j]))
+    for i in range(X.shape[0]):
+        lows, highs = b.points(i)  # each pair's sorted point sets, as a prediction stores them
+        for j in range(b.P):
+            a, c = interval_from_points(lows[j], highs[j], float(ALPHAS[j]))
             out[i, j] = a > c
     return out
 
@@ -300,7 +301,7 @@ def test_split_transported_empties_a_set_only_where_the_split_model_does() -> No
         plain = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r)
         refit = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r, refit=True)
         moved = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r, refit=True,
-                             transported=True)
+                             split_scores="transported")
         assert refit.transport(X) is None and plain.transport(X) is None  # the default: one correction for all
         Xc = X[moved.cal_index]
         own = _empty_sets(plain, Xc, None)
@@ -314,16 +315,7 @@ def test_split_transported_empties_a_set_only_where_the_split_model_does() -> No
 
 
 def test_split_transported_covers_within_three_points() -> None:
-    covs = []
-    for r in range(40):
-        rng = np.random.default_rng(1000 + r)
-        X, y = draw(rng, 160)
-        Xt, yt = draw(rng, 300)
-        cf = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r, refit=True,
-                          transported=True)
-        Q = Bounds(cf.method, cf.model.predict_quantiles(Xt), cf.scores, scale=cf.transport(Xt)).at(ALPHAS)
-        covs.append([np.mean((Q[:, 0] <= yt) & (yt <= Q[:, 3])), np.mean((Q[:, 1] <= yt) & (yt <= Q[:, 2]))])
-    cov = np.mean(covs, axis=0)
+    cov = mean_coverage("qgp", "split", 160, 40, refit=True, split_scores="transported")
     assert np.all(np.abs(cov - NOMINAL) <= 0.03), cov
 
 
@@ -358,5 +350,5 @@ def test_loo_is_asked_before_fitting_and_falls_back_to_held_out_scores() -> None
     assert not make_surrogate("qgp", LEVELS, 0, backend="torch").has_loo(60)
     assert not make_surrogate("qgbm", LEVELS, 0).has_loo(60)
     X, y = draw(np.random.default_rng(4), 60)
-    cf = conformalize(lambda: make_surrogate("qgbm", LEVELS, 0), X, y, "split", 3, refit=True, loo=True)
+    cf = conformalize(lambda: make_surrogate("qgbm", LEVELS, 0), X, y, "split", 3, refit=True, split_scores="loo")
     assert cf.scores.shape[0] == 15  # a quarter held out

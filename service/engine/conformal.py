@@ -200,8 +200,7 @@ def conformalize(
     cal_fraction: float = 0.25,
     n_bootstraps: int = 20,
     refit: bool = False,
-    loo: bool = False,
-    transported: bool = False,
+    split_scores: str = "held-out",
 ) -> ConformalFit:
     """Fit the surrogate(s) and the calibration scores of ``method``.
 
@@ -215,7 +214,10 @@ def conformalize(
     refitted from scratch (boosting, forests, networks) would be another model than the one scored,
     and under-covers (measured: LW-GBM's 90% intervals covered 81%), so it keeps the split model.
 
-    ``loo`` (with ``refit``, for a surrogate with an exact leave-one-out form, ``loo_quantiles``: the
+    ``split_scores`` (with ``refit``; ``EngineConfig.split_scores``): ``"held-out"`` adds the split
+    model's held-out scores to the refit as they are; ``"loo"`` and ``"transported"`` as follows.
+
+    ``"loo"`` (for a surrogate with an exact leave-one-out form, ``loo_quantiles``: the
     GP's scikit-learn backend): no split; the shown model is tuned and conditioned on every
     observation, and every observation is scored by that model's leave-one-out prediction (its
     kernel, conditioned on the other n - 1 points), so the scores come from the model that is shown
@@ -223,7 +225,7 @@ def conformalize(
     fewer points are wider than the shown model's intervals where the search has converged, and a
     negative correction then empties the narrow sets there (``benchmarks/collapsed_intervals.py``).
 
-    ``transported`` (with ``refit``): the held-out scores stay, and the fit keeps the split model
+    ``"transported"``: the held-out scores stay, and the fit keeps the split model
     (``scored_model``) so that each candidate's correction can be carried over to the shown model
     in the split model's units: multiplied by the ratio of the shown model's spread to the split
     model's at the candidate (``ConformalFit.transport``). Where the refit changed nothing the
@@ -235,7 +237,7 @@ def conformalize(
         return ConformalFit("raw", make().fit(X, y), None)
     rng = np.random.default_rng(seed)
     n = X.shape[0]
-    if method == "split" and refit and loo:
+    if method == "split" and refit and split_scores == "loo":
         full = make()
         if full.has_loo(n):  # asked first: a fit without the closed form would be thrown away
             q, scale = full.fit(X, y).loo_quantiles()  # every observation scored by the shown model without it
@@ -246,10 +248,11 @@ def conformalize(
         cal, tr = perm[:n_cal], perm[n_cal:]
         model = make().fit(X[tr], y[tr])
         sc = model_scores(model, X[cal], y[cal])
+        scored = None
         if refit and getattr(model, "conditions_on_refit", False):
             scored, model = model, model.fold_clone().fit(X, y)
-            return ConformalFit("split", model, sc, cal_index=cal, scored_model=scored if transported else None)
-        return ConformalFit("split", model, sc, cal_index=cal)
+        return ConformalFit("split", model, sc, cal_index=cal,
+                            scored_model=scored if split_scores == "transported" else None)
     if method in ("cv+", "crossval"):
         full = make().fit(X, y)  # tunes the hyperparameters the folds reuse
         k = min(k_folds, n)

@@ -351,8 +351,7 @@ class _Outcome:
         self.y = self.warp.forward(values)
         self.cf = conformalize(make, X, self.y, method, fit_seed, k_folds=config.cv_folds,
                                cal_fraction=config.cal_fraction, n_bootstraps=config.n_bootstraps,
-                               refit=config.split_refit, loo=config.split_scores == "loo",
-                               transported=config.split_scores == "transported")
+                               refit=config.split_refit, split_scores=config.split_scores)
 
 
 INCUMBENTS = ("observed", "model")
