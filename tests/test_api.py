@@ -96,7 +96,16 @@ def test_create_is_idempotent_and_conflicts_on_a_different_definition(http: http
 
 def test_every_engine_setting_is_a_study_setting(http: httpx.Client) -> None:
     """What the in-process Optimizer takes, a create request takes too, and the study shows it."""
-    chosen = {"split_scores": "loo", "split_refit": True, "warp_reference": "declustered", "noise_free": False}
+    import dataclasses
+
+    from calibo.engine import EngineConfig
+    from calibo.server.api.schemas import StudySettings
+
+    # surrogate and acquisition are the create request's own top-level fields
+    assert {f.name for f in dataclasses.fields(EngineConfig)} - set(StudySettings.model_fields) == {
+        "surrogate", "acquisition"}
+    chosen = {"split_scores": "loo", "split_refit": True, "warp_reference": "declustered", "noise_free": False,
+              "early_scores": "cv+"}
     r = http.post("/v1/studies", json={"name": unique(), "space": BRANIN, "settings": chosen})
     assert r.status_code == 201, r.text
     assert {k: r.json()["settings"][k] for k in chosen} == chosen
@@ -144,6 +153,7 @@ def test_list_get_delete(http: httpx.Client) -> None:
     ({"name": "x", "space": BRANIN, "settings": {"warp_reference": "latest"}}, "settings.warp_reference"),
     ({"name": "x", "space": BRANIN, "settings": {"split_scores": "jackknife"}}, "settings.split_scores"),
     ({"name": "x", "space": BRANIN, "settings": {"split_refit": "yes"}}, "settings.split_refit"),
+    ({"name": "x", "space": BRANIN, "settings": {"early_scores": "split"}}, "settings.early_scores"),
     ({"name": "x", "space": BRANIN, "settings": {"noise_free": 1}}, "settings.noise_free"),
     ({"name": "x", "space": BRANIN, "pruner": "bogus"}, "pruner.name"),
 ])

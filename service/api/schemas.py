@@ -41,6 +41,7 @@ from calibo.engine.limits import (
 )
 from calibo.engine.optimizer import (
     CONFORMAL_MODES,
+    EARLY_SCORES,
     INCUMBENTS,
     MAX_CONSTRAINTS,
     MAX_OBJECTIVES,
@@ -224,6 +225,9 @@ StudySettings = create_model(
                   "scores: held-out (the split model's, added as they are), transported (default: the split "
                   "model's, each candidate's correction scaled by the refit's spread over the split model's) "
                   "or loo (no split: the leave-one-out predictions of the GP on every observation)")),
+    early_scores=(Literal[EARLY_SCORES] | None, Field(None, description="the adaptive schedule's calibration "  # type: ignore[valid-type]
+                  "below split_from: cv+ (fold models' scores) or loo (the jackknife: the leave-one-out "
+                  "predictions of the GP on every observation; other surrogates use cv+)")),
     shift=(Literal[SHIFT_MODES] | None, Field(None, description="none (default) or fcs: split-rule intervals "  # type: ignore[valid-type]
            "weighted for the feedback covariate shift of the selection (Fannjiang et al. 2022); not with "
            "conformal cv+ or raw")),

@@ -104,15 +104,17 @@ def pair_alphas(levels: np.ndarray) -> np.ndarray:
     return 2.0 * lv[: lv.size // 2]
 
 
-def schedule(n: int, conformalize_from: int = 32, split_from: int = 50, mode: str = "adaptive") -> str:
-    """Which conformal method a fit on ``n`` observations uses."""
+def schedule(n: int, conformalize_from: int = 32, split_from: int = 50, mode: str = "adaptive",
+             early: str = "cv+") -> str:
+    """Which conformal method a fit on ``n`` observations uses (``early``: the adaptive schedule's
+    method below ``split_from``, ``cv+`` or ``loo``)."""
     if mode == "raw" or n < conformalize_from:
         return "raw"
     if mode in METHODS:
         return mode
     if mode != "adaptive":
         raise ValueError(f"unknown conformal mode {mode!r}")
-    return "cv+" if n < split_from else "split"
+    return early if n < split_from else "split"
 
 
 def scores(q: np.ndarray, y: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
@@ -237,11 +239,14 @@ def conformalize(
         return ConformalFit("raw", make().fit(X, y), None)
     rng = np.random.default_rng(seed)
     n = X.shape[0]
-    if method == "split" and refit and split_scores == "loo":
+    if method == "loo" or (method == "split" and refit and split_scores == "loo"):
         full = make()
         if full.has_loo(n):  # asked first: a fit without the closed form would be thrown away
             q, scale = full.fit(X, y).loo_quantiles()  # every observation scored by the shown model without it
-            return ConformalFit("split", full, scores(q, y, scale), cal_index=np.arange(n))
+            return ConformalFit("jackknife" if method == "loo" else "split", full, scores(q, y, scale),
+                                cal_index=np.arange(n))
+        if method == "loo":  # no closed form: the schedule's CV+
+            method = "cv+"
     if method == "split":
         perm = rng.permutation(n)
         n_cal = max(2, int(round(cal_fraction * n)))

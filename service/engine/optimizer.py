@@ -51,6 +51,7 @@ DIRECTIONS = ("minimize", "maximize")
 MAX_OBJECTIVES = 4
 CONFORMAL_MODES = ("adaptive", "split", "cv+", "crossval", "jab+", "raw")
 SPLIT_SCORES = ("transported", "held-out", "loo")
+EARLY_SCORES = ("cv+", "loo")
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class EngineConfig:
     # transported | held-out | loo: with split_refit, the scores' source and how they reach the refit
     # (conformal.conformalize)
     split_scores: str = "transported"
+    early_scores: str = "cv+"
     n_bootstraps: int = 20  # bootstrap models of jab+
     aci_gamma: float = 0.05  # ACI learning rate; a 100-trial horizon needs a fast one
     dtaci_window: int = 50
@@ -125,6 +127,8 @@ class EngineConfig:
                 bad(flag, "must be true or false")
         if self.split_scores not in SPLIT_SCORES:
             bad("split_scores", f"must be one of {list(SPLIT_SCORES)}")
+        if self.early_scores not in EARLY_SCORES:
+            bad("early_scores", f"must be one of {list(EARLY_SCORES)}")
         if self.incumbent not in INCUMBENTS:
             bad("incumbent", f"must be one of {list(INCUMBENTS)}")
         if self.warp not in WARPS:
@@ -395,7 +399,7 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     U = space.to_unit([p for p, _ in observations])
     X = space.features(U)
     levels = config.level_grid
-    method = schedule(n, config.conformalize_from, config.split_from, config.conformal)
+    method = schedule(n, config.conformalize_from, config.split_from, config.conformal, config.early_scores)
     rng = np.random.default_rng([seed, n, 7])
     fit_seed = int(rng.integers(2**31))
 
@@ -483,7 +487,7 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
         meta["directions"] = list(dirs)
     return Snapshot(
         n_obs=n,
-        method=method,
+        method=cf.method,
         levels=levels,
         candidates=cand,
         raw=raw,

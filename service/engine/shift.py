@@ -61,7 +61,7 @@ import warnings
 import numpy as np
 
 SHIFT_MODES = ("none", "fcs")
-SPLIT_RULE = ("split", "crossval", "jab+")  # methods with one shown model and one score set
+SPLIT_RULE = ("split", "jackknife", "crossval", "jab+")  # methods with one shown model and one score set
 DESIGN_TEMPERATURE = 1.0  # softmax temperature on the standardised utility
 WEIGHT_RANGE = (0.2, 5.0)  # clip of w after normalising it to mean 1 on the calibration points
 L2_C = 1.0  # inverse L2 strength of the logistic regression
