@@ -354,8 +354,11 @@ def main() -> None:
     else:
         from tqdm import tqdm
 
+        from benchmarks.crowd_search import parse_methods  # here: crowd_search imports this module
+
+        methods = parse_methods(args.methods)  # calibo:a=1,b=2 is one variant, as in the other scripts
         jobs = [(m, t, s) for s in range(args.seed_offset, args.seed_offset + args.seeds)
-                for t in args.tasks.split(",") for m in args.methods.split(",")]
+                for t in args.tasks.split(",") for m in methods]
         done = {(r["method"], r["task"], r["seed"]) for r in skipped_runs(args.skip)}
         jobs = [j for j in jobs if j not in done]
         # longest first keeps the pool busy at the end
@@ -371,7 +374,7 @@ def main() -> None:
                 if len(runs) % 10 == 0:  # a cut-off run still leaves what it finished
                     out.with_suffix(".partial.json").write_text(json.dumps({"runs": runs}))
         timings = None if args.no_timings else engine_timings()
-        meta = {"methods": args.methods.split(","), "tasks": args.tasks.split(","), "seeds": args.seeds,
+        meta = {"methods": methods, "tasks": args.tasks.split(","), "seeds": args.seeds,
                 "seed_offset": args.seed_offset, "trials": args.trials, "workers": args.workers,
                 "cpu_count": os.cpu_count(), "timings": timings}
     summary = summarize(runs, args.trials, args.default)
