@@ -77,6 +77,7 @@ from benchmarks.search import (  # noqa: E402
     best_so_far,
     calibo_overrides,
     merge_parts,
+    parse_methods,
     skipped_runs,
 )
 from benchmarks.tasks import TASKS, Task  # noqa: E402
@@ -92,18 +93,6 @@ SLOW = ("calibo", "optuna_gp")  # started first so the pool drains evenly
 
 
 # ------------------------------------------------------------------- methods
-def parse_methods(text: str) -> list[str]:
-    """Comma list of methods; a ``key=value`` item without a method name continues the variant before it
-    (a value may hold a colon: ``calibo:adapter=aci,surrogate_options={"scores":"normalized"}``)."""
-    out: list[str] = []
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        if "=" in item and ":" not in item.partition("=")[0] and out:
-            out[-1] += "," + item
-        else:
-            out.append(item)
-    return out
-
-
 def is_calibo(method: str) -> bool:
     return method == "calibo" or method.startswith("calibo:")
 

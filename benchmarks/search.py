@@ -295,6 +295,18 @@ def print_table(summary: dict, timings: dict | None) -> None:
               f"{timings['select_2000_ms_median']:.2f} ms median / {timings['select_2000_ms_p99']:.2f} ms p99")
 
 
+def parse_methods(text: str) -> list[str]:
+    """Comma list of methods; a ``key=value`` item without a method name continues the variant before it
+    (a value may hold a colon: ``calibo:adapter=aci,surrogate_options={"scores":"normalized"}``)."""
+    out: list[str] = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        if "=" in item and ":" not in item.partition("=")[0] and out:
+            out[-1] += "," + item
+        else:
+            out.append(item)
+    return out
+
+
 def add_run_arguments(ap: argparse.ArgumentParser, out: Path) -> None:
     """Tasks, seeds, trials, workers and the output / merge / skip files of a search-style run."""
     ap.add_argument("--tasks", default=DEFAULT_TASKS)
@@ -353,8 +365,6 @@ def main() -> None:
         timings = next((p.get("timings") for p in meta["parts"] if p.get("timings")), None)
     else:
         from tqdm import tqdm
-
-        from benchmarks.crowd_search import parse_methods  # here: crowd_search imports this module
 
         methods = parse_methods(args.methods)  # calibo:a=1,b=2 is one variant, as in the other scripts
         jobs = [(m, t, s) for s in range(args.seed_offset, args.seed_offset + args.seeds)

@@ -182,7 +182,7 @@ def test_schedule_and_levels() -> None:
     assert schedule(100, mode="jab+") == "jab+" and schedule(100, mode="crossval") == "crossval"
     assert schedule(20, mode="jab+") == "raw"
     # the adaptive schedule's method below the split: CV+ or the jackknife (early_scores)
-    assert schedule(20, 10, early="loo") == "loo" and schedule(49, 10, early="loo") == "loo"
+    assert schedule(20, 10, early="loo") == "jackknife" and schedule(49, 10, early="loo") == "jackknife"
     assert schedule(50, 10, early="loo") == "split" and schedule(9, 10, early="loo") == "raw"
     lv = midpoint_levels(10)
     np.testing.assert_allclose(pair_alphas(lv), [0.1, 0.3, 0.5, 0.7, 0.9])
@@ -359,15 +359,15 @@ def test_early_jackknife_scores_every_observation_and_covers_better_than_raw_on_
     hyperparameters tuned on the point itself, so it is not CV+'s guarantee; ACI keeps the long run),
     and by 45 observations it is within 3 points."""
     X, y = draw(np.random.default_rng(6), 20)
-    cf = conformalize(lambda: make_surrogate("qgp", LEVELS, 0), X, y, "loo", 3)
+    cf = conformalize(lambda: make_surrogate("qgp", LEVELS, 0), X, y, "jackknife", 3)
     assert cf.method == "jackknife" and cf.scores.shape == (20, LEVELS.size // 2) and cf.scored_model is None
     np.testing.assert_array_equal(cf.cal_index, np.arange(20))
-    few = {m: np.abs(mean_coverage("qgp", m, 12, 60) - NOMINAL) for m in ("loo", "raw")}
+    few = {m: np.abs(mean_coverage("qgp", m, 12, 60) - NOMINAL) for m in ("jackknife", "raw")}
     assert np.all(few["raw"] >= 0.1), few
-    assert np.all(few["loo"] <= 0.6 * few["raw"]), few
-    assert np.all(np.abs(mean_coverage("qgp", "loo", 45, 60) - NOMINAL) <= 0.03)
+    assert np.all(few["jackknife"] <= 0.6 * few["raw"]), few
+    assert np.all(np.abs(mean_coverage("qgp", "jackknife", 45, 60) - NOMINAL) <= 0.03)
     # a family without the closed form keeps CV+
-    tree = conformalize(lambda: make_surrogate("qgbm", LEVELS, 0), X, y, "loo", 3)
+    tree = conformalize(lambda: make_surrogate("qgbm", LEVELS, 0), X, y, "jackknife", 3)
     assert tree.method == "cv+" and tree.fold_models is not None
 
 

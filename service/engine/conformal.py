@@ -106,15 +106,17 @@ def pair_alphas(levels: np.ndarray) -> np.ndarray:
 
 def schedule(n: int, conformalize_from: int = 32, split_from: int = 50, mode: str = "adaptive",
              early: str = "cv+") -> str:
-    """Which conformal method a fit on ``n`` observations uses (``early``: the adaptive schedule's
-    method below ``split_from``, ``cv+`` or ``loo``)."""
+    """Which conformal method a fit on ``n`` observations uses (``early``, ``EngineConfig.early_scores``:
+    the adaptive schedule's scores below ``split_from``, ``cv+`` or ``loo``, the jackknife)."""
     if mode == "raw" or n < conformalize_from:
         return "raw"
     if mode in METHODS:
         return mode
     if mode != "adaptive":
         raise ValueError(f"unknown conformal mode {mode!r}")
-    return early if n < split_from else "split"
+    if n >= split_from:
+        return "split"
+    return "jackknife" if early == "loo" else "cv+"
 
 
 def scores(q: np.ndarray, y: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
@@ -234,18 +236,21 @@ def conformalize(
     ratio is 1 and the interval is split's; where the refit saw points the split held out, it is
     narrower and so is the correction, so the set is empty only where the split model's own set
     would be.
+
+    ``method="jackknife"`` (the adaptive schedule below the split, ``early_scores="loo"``): the shown
+    model and its scores as with ``"loo"``, whatever ``refit``; a surrogate without the closed form
+    gets CV+.
     """
     if method == "raw":
         return ConformalFit("raw", make().fit(X, y), None)
     rng = np.random.default_rng(seed)
     n = X.shape[0]
-    if method == "loo" or (method == "split" and refit and split_scores == "loo"):
+    if method == "jackknife" or (method == "split" and refit and split_scores == "loo"):
         full = make()
         if full.has_loo(n):  # asked first: a fit without the closed form would be thrown away
             q, scale = full.fit(X, y).loo_quantiles()  # every observation scored by the shown model without it
-            return ConformalFit("jackknife" if method == "loo" else "split", full, scores(q, y, scale),
-                                cal_index=np.arange(n))
-        if method == "loo":  # no closed form: the schedule's CV+
+            return ConformalFit(method, full, scores(q, y, scale), cal_index=np.arange(n))
+        if method == "jackknife":  # no closed form: the schedule's CV+ (split keeps its held-out scores)
             method = "cv+"
     if method == "split":
         perm = rng.permutation(n)
