@@ -41,8 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import benchmarks.real_tasks as real_tasks  # noqa: E402  (registers the model-tuning tasks)
 from benchmarks.runner import run_pool  # noqa: E402
+from benchmarks.search import sequential_study  # noqa: E402
 from benchmarks.tasks import TASKS  # noqa: E402
-from calibo.engine import Optimizer, SearchSpace  # noqa: E402
+from calibo.engine import metrics  # noqa: E402
 from calibo.engine.conformal import Bounds, conformalize, pair_alphas  # noqa: E402
 from calibo.engine.surrogates import make_surrogate  # noqa: E402
 from calibo.engine.warp import fit_warp  # noqa: E402
@@ -71,13 +72,14 @@ def prefix_intervals(cfg, levels: np.ndarray, X: np.ndarray, y: np.ndarray, x: n
         return make_surrogate(cfg.surrogate, levels, seed, **cfg.surrogate_options)
 
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    jk = conformalize(make, X, y, "jackknife", seed)
+    jk = conformalize(make, X, y, "jackknife", seed)  # the one fit that tunes the hyperparameters
     raw = jk.model.predict_quantiles(x)
     out["raw"] = _interval_ends(raw)
     if jk.method == "jackknife":  # a surrogate without the closed form falls back to CV+: not reported
         out["jackknife"] = _interval_ends(Bounds("jackknife", raw, jk.scores).at(alphas))
     for name, folds in (("cv+", cfg.cv_folds), ("jackknife+", X.shape[0])):
-        cf = conformalize(make, X, y, "cv+", seed, k_folds=folds)
+        # the same full model (same data, seed and tuned kernel) conditioned again, not tuned again
+        cf = conformalize(jk.model.fold_clone, X, y, "cv+", seed, k_folds=folds)
         b = Bounds("cv+", cf.model.predict_quantiles(x), cf.scores, _fold_quantiles(cf, x), cf.fold_of)
         out[name] = _interval_ends(b.at(alphas))
     return out
@@ -85,15 +87,10 @@ def prefix_intervals(cfg, levels: np.ndarray, X: np.ndarray, y: np.ndarray, x: n
 
 def run(task: str, seed: int, settings: dict[str, Any], trials: int, start: int) -> dict[str, Any]:
     t = TASKS[task]
-    space = SearchSpace.from_dict(t.space)
-    opt = Optimizer(space, direction=t.direction, seed=seed, **settings)
-    cfg = opt.config
+    opt = sequential_study(task, trials, seed, settings)[0]
+    cfg, space, obs = opt.config, opt.space, opt.observations
     if cfg.warp_reference != "observed" or opt.multi:
         raise ValueError("early_coverage measures one objective with the observed warp reference")
-    for _ in range(trials):
-        s = opt.ask()[0]
-        opt.tell(s.params, float(t.objective(s.params)))
-    obs = opt.observations
     sign = 1.0 if t.direction == "minimize" else -1.0
     X_all = space.features(space.to_unit([p for p, _ in obs]))
     V = sign * np.array([v for _, v in obs], dtype=float)
@@ -137,9 +134,9 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 have = [row[m] for row in rows if m in row]
                 if not have:
                     continue
-                cov = np.mean([h["covered"] for h in have], axis=0)
+                cov = metrics.coverage([h["covered"] for h in have])
                 out[suite][ph][m] = {"coverage": cov.round(4).tolist(),
-                                     "gap": float(np.mean(np.abs(cov - nominal))),
+                                     "gap": metrics.coverage_gap(cov, nominal),
                                      "median_width": np.median([h["width"] for h in have], axis=0).round(4).tolist()}
     return out
 
