@@ -32,6 +32,33 @@ def test_neighbours_move_one_coordinate_to_valid_adjacent_values() -> None:
     assert moved["c"] == {"a", "c", "d"} and moved["o"] == {2, 8}
 
 
+def test_a_float_step_past_a_bound_stops_on_it() -> None:
+    def x_moves(x: float) -> list[float]:
+        start = SPACE.to_unit([{"x": x, "n": 8, "k": 5, "c": "b", "o": 4}])[0]
+        rows, _ = neighbours(SPACE, start, 0.1)
+        return sorted(p["x"] for p in SPACE.from_unit(rows[rows[:, 0] != start[0]]))
+
+    low, high = x_moves(0.96)
+    assert abs(low - 0.86) < 1e-6 and high == 1.0  # exactly the bound, not a point short of it
+    (away,) = x_moves(1.0)  # on the bound: only the move away from it
+    assert abs(away - 0.9) < 1e-6
+    assert x_moves(0.5) == [0.4, 0.6] or np.allclose(x_moves(0.5), [0.4, 0.6])
+
+
+def test_descent_reaches_an_optimum_on_a_face_of_the_box() -> None:
+    """Tuning optima often lie on a bound (all features: a fraction of 1.0). A descent that can only
+    move inside the box stops just short of the face, at a different configuration."""
+    target = {"x": 1.0, "n": 16, "k": 0, "c": "a", "o": 8}
+    goal = SPACE.to_unit([target])[0]
+
+    def score(rows: np.ndarray) -> np.ndarray:  # a linear slope down to the corner
+        return np.abs(rows - goal).sum(axis=1)
+
+    starts = SPACE.sample(4, 1)
+    for p in SPACE.from_unit(local_search(SPACE, score, starts, max_iter=60)):
+        assert p == target
+
+
 def test_descent_reaches_the_minimum_of_a_mixed_objective() -> None:
     target = {"x": 0.3137, "n": 23, "k": 7, "c": "d", "o": 2}
     goal = SPACE.to_unit([target])[0]

@@ -66,8 +66,9 @@ LOCAL_STEPS = (0.1, 0.05, 0.02, 0.01, 0.005, 0.002)
 
 def neighbours(space: SearchSpace, x: np.ndarray, step: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The snapped one-coordinate moves of unit rows ``x`` (one row, or a batch with a step each): a
-    float by +-``step``; an int or ordinal to the adjacent value (the next bin, whatever ``step``); a
-    categorical to each other choice. Returns ``(rows, owner)``: the moves and the row each moved."""
+    float by +-``step``, or onto its bound where the step would pass it; an int or ordinal to the
+    adjacent value (the next bin, whatever ``step``); a categorical to each other choice. Returns
+    ``(rows, owner)``: the moves and the row each moved."""
     x = np.atleast_2d(x)
     step = np.broadcast_to(np.asarray(step, dtype=float), (x.shape[0],))
     rows, owners = [], []
@@ -83,9 +84,11 @@ def neighbours(space: SearchSpace, x: np.ndarray, step: float | np.ndarray) -> t
                     rows.append(y)
                     owners.append(moved)
             continue
-        if p.type == "float":
-            targets = [col - step, col + step]
-            valid = [(t >= 0.0) & (t <= 1.0) for t in targets]
+        if p.type == "float":  # a step past a bound stops on it (a projected step), as a bounded
+            # optimizer's does: optima of tuning spaces often lie on a face of the box (all features,
+            # no penalty), and a move that overshoots one would otherwise never reach it
+            targets = [np.maximum(col - step, 0.0), np.minimum(col + step, 1.0)]
+            valid = [t != col for t in targets]
         else:  # int / ordinal: the values either side
             v = p.from_unit(col)
             lo, hi = (0, len(p.choices) - 1) if p.type == "ordinal" else (p.low, p.high)
