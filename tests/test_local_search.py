@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from calibo.engine import EngineConfig, SearchSpace, fit, initial_states, select
 from calibo.engine.candidates import local_search, neighbours
@@ -92,3 +93,18 @@ def test_fit_adds_the_searched_points_and_select_can_pick_them() -> None:
     assert any(space.key(pick.params) == k for k in space.keys(snap.candidates[plain.candidates.shape[0]:]))
     assert pick.prediction["score"] < drawn.prediction["score"]
     assert not set(space.keys(snap.candidates)) & set(space.keys(snap.observed))
+
+
+def test_an_inactive_float_does_not_move() -> None:
+    """A conditional float its parent switches off sits at INACTIVE, outside [0, 1]: a step towards
+    the box must not count as a move of it (it would snap back to the same configuration)."""
+    space = SearchSpace.from_dict({
+        "kernel": {"type": "categorical", "choices": ["linear", "rbf"]},
+        "gamma": {"type": "float", "low": 0.0, "high": 1.0, "condition": {"parent": "kernel", "values": ["rbf"]}},
+        "C": {"type": "float", "low": 0.0, "high": 1.0},
+    })
+    start = space.to_unit([{"kernel": "linear", "C": 0.5}])[0]
+    rows, _ = neighbours(space, start, 0.1)
+    assert not any((row == start).all() for row in rows)  # every neighbour is another configuration
+    params = space.from_unit(rows)
+    assert sorted(p["C"] for p in params if p["kernel"] == "linear") == pytest.approx([0.4, 0.6])

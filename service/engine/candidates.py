@@ -88,7 +88,7 @@ def neighbours(space: SearchSpace, x: np.ndarray, step: float | np.ndarray) -> t
             # optimizer's does: optima of tuning spaces often lie on a face of the box (all features,
             # no penalty), and a move that overshoots one would otherwise never reach it
             targets = [np.maximum(col - step, 0.0), np.minimum(col + step, 1.0)]
-            valid = [t != col for t in targets]
+            valid = [(t != col) & (col >= 0.0) for t in targets]  # an inactive coordinate does not move
         else:  # int / ordinal: the values either side
             v = p.from_unit(col)
             lo, hi = (0, len(p.choices) - 1) if p.type == "ordinal" else (p.low, p.high)
