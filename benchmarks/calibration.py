@@ -57,19 +57,22 @@ Writes benchmarks/results/calibration_crowd.json and calibration_crowd.png.
 
 from __future__ import annotations
 
-import argparse
-import heapq
-import json
 import os
-import sys
-import time
-import zlib
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
 
-import numpy as np
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy / torch: one core per run, as real_tuning.py
+
+import argparse  # noqa: E402
+import heapq  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import zlib  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: E402
+from dataclasses import dataclass, field, replace  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
