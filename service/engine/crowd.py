@@ -167,7 +167,11 @@ class Believer:
         cols = {r: self.columns.get(r) for r in dict.fromkeys(rows)}
         new = [r for r, c in cols.items() if c is None]
         if new:
-            d2 = self.F2[:, None] + self.F2[None, new] - 2.0 * self.F @ self.F[new].T
+            # one matrix-vector product per row: a column's bits must not depend on which rows it was
+            # computed with (a matrix product's blocking does), or a select that finds some columns
+            # cached would score differently from one that computes them all afresh
+            cross = np.stack([self.F @ self.F[r] for r in new], axis=1)
+            d2 = self.F2[:, None] + self.F2[None, new] - 2.0 * cross
             if len(self.columns) + len(new) > MAX_COLUMNS:
                 self.columns.clear()
             for r, col in zip(new, _matern52(np.sqrt(np.maximum(d2, 0.0))).T, strict=True):
