@@ -67,17 +67,19 @@ LOCAL_STEPS = (0.1, 0.05, 0.02, 0.01, 0.005, 0.002)
 def neighbours(space: SearchSpace, x: np.ndarray, step: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The snapped one-coordinate moves of unit rows ``x`` (one row, or a batch with a step each): a
     float by +-``step``, or onto its bound where the step would pass it; an int or ordinal to the
-    adjacent value (the next bin, whatever ``step``); a categorical to each other choice. Returns
-    ``(rows, owner)``: the moves and the row each moved."""
+    adjacent value (the next bin, whatever ``step``); a categorical to each other choice. A coordinate
+    at INACTIVE (a conditional parameter switched off) does not move: snapped, any move of it is its
+    row again. Returns ``(rows, owner)``: the moves and the row each moved."""
     x = np.atleast_2d(x)
     step = np.broadcast_to(np.asarray(step, dtype=float), (x.shape[0],))
     rows, owners = [], []
     for j, p in enumerate(space.params):
         col = x[:, j]
+        on = col >= 0.0
         if p.type == "categorical":
             cur = p.from_unit(col).astype(int)
             for c in range(len(p.choices)):
-                moved = np.flatnonzero(cur != c)
+                moved = np.flatnonzero(on & (cur != c))
                 if moved.size:
                     y = x[moved].copy()
                     y[:, j] = p.to_unit(np.array([c], dtype=float))[0]
@@ -88,15 +90,14 @@ def neighbours(space: SearchSpace, x: np.ndarray, step: float | np.ndarray) -> t
             # optimizer's does: optima of tuning spaces often lie on a face of the box (all features,
             # no penalty), and a move that overshoots one would otherwise never reach it
             targets = [np.maximum(col - step, 0.0), np.minimum(col + step, 1.0)]
-            valid = [(t != col) & (col >= 0.0) for t in targets]  # an inactive coordinate does not move
+            valid = [on & (t != col) for t in targets]
         else:  # int / ordinal: the values either side
             v = p.from_unit(col)
             lo, hi = (0, len(p.choices) - 1) if p.type == "ordinal" else (p.low, p.high)
             targets, valid = [], []
             for w in (v - 1, v + 1):
-                ok = (w >= lo) & (w <= hi)
                 targets.append(p.to_unit(np.clip(w, lo, hi)))
-                valid.append(ok)
+                valid.append(on & (w >= lo) & (w <= hi))
         for t, ok in zip(targets, valid, strict=True):
             moved = np.flatnonzero(ok)
             if moved.size:
