@@ -10,6 +10,9 @@ accuracy on a small dataset, which moves in steps of one sample.
 
     PLATEAU_TASKS   the tasks with large plateaus: of 30 uniform draws (seed 0), more than a sixth
                     tie at one value, and at most 20 values are distinct
+    HELDOUT_TASKS   eight further tasks (other models, two generated datasets), written after
+                    calibo's default was chosen and never used to choose a setting: the check of
+                    that default on tasks it was not fitted to (``--tasks heldout``)
 
 Every objective is minimised. Evaluations cost 0.01-0.3 s on one core.
 """
@@ -33,6 +36,15 @@ def _data(name: str) -> tuple[np.ndarray, np.ndarray]:
 
     if name == "iris":
         return load_iris(return_X_y=True)
+    if name == "friedman1":  # generated: 5 informative inputs of 10, Gaussian noise
+        from sklearn.datasets import make_friedman1
+
+        return make_friedman1(n_samples=400, n_features=10, noise=1.0, random_state=0)
+    if name == "synthetic":  # generated: 20 features, 5 informative and 5 redundant, 5% flipped labels
+        from sklearn.datasets import make_classification
+
+        return make_classification(n_samples=600, n_features=20, n_informative=5, n_redundant=5,
+                                   flip_y=0.05, random_state=0)
     return _dataset(name)
 
 
@@ -182,6 +194,70 @@ def mlp_iris(p: dict[str, Any]) -> float:
         "iris", "log_loss")
 
 
+# ------------------------------------------------ held-out objectives (HELDOUT_TASKS)
+def ada_breast_cancer(p: dict[str, Any]) -> float:
+    from sklearn.ensemble import AdaBoostClassifier
+    from sklearn.tree import DecisionTreeClassifier
+
+    return _cv(AdaBoostClassifier(DecisionTreeClassifier(max_depth=p["max_depth"], random_state=0),
+                                  n_estimators=p["n_estimators"], learning_rate=p["learning_rate"], random_state=0),
+               "breast_cancer", "error")
+
+
+def svr_diabetes(p: dict[str, Any]) -> float:
+    from sklearn.svm import SVR
+
+    return _cv(_scaled(SVR(C=p["C"], epsilon=p["epsilon"], gamma=p["gamma"], kernel=p["kernel"])),
+               "diabetes", "mae")
+
+
+def kridge_friedman(p: dict[str, Any]) -> float:
+    from sklearn.kernel_ridge import KernelRidge
+
+    return _cv(_scaled(KernelRidge(alpha=p["alpha"], gamma=p["gamma"], kernel=p["kernel"])), "friedman1", "mse")
+
+
+def rf_friedman(p: dict[str, Any]) -> float:
+    from sklearn.ensemble import RandomForestRegressor
+
+    return _cv(RandomForestRegressor(
+        n_estimators=p["n_estimators"], max_depth=p["max_depth"], min_samples_leaf=p["min_samples_leaf"],
+        max_features=p["max_features"], bootstrap=p["bootstrap"], n_jobs=1, random_state=0), "friedman1", "mse")
+
+
+def logreg_breast_cancer(p: dict[str, Any]) -> float:
+    from sklearn.linear_model import LogisticRegression
+
+    return _cv(_scaled(LogisticRegression(C=p["C"], l1_ratio=1.0 if p["penalty"] == "l1" else 0.0, solver="liblinear",
+                                          class_weight=p["class_weight"], intercept_scaling=p["intercept_scaling"])),
+               "breast_cancer", "balanced_error")
+
+
+def knn_digits(p: dict[str, Any]) -> float:
+    from sklearn.neighbors import KNeighborsClassifier
+
+    return _cv(KNeighborsClassifier(n_neighbors=p["n_neighbors"], weights=p["weights"], p=p["p"],
+                                    algorithm="brute"), "digits", "balanced_error")
+
+
+def lgbm_synthetic(p: dict[str, Any]) -> float:
+    import lightgbm as lgb
+
+    return _cv(lgb.LGBMClassifier(
+        learning_rate=p["learning_rate"], num_leaves=p["num_leaves"], min_child_samples=p["min_child_samples"],
+        subsample=p["subsample"], subsample_freq=1, colsample_bytree=p["colsample_bytree"],
+        reg_lambda=p["reg_lambda"], n_estimators=p["n_estimators"], n_jobs=1, verbose=-1, random_state=0),
+        "synthetic", "log_loss")
+
+
+def dt_wine(p: dict[str, Any]) -> float:
+    from sklearn.tree import DecisionTreeClassifier
+
+    return _cv(DecisionTreeClassifier(
+        max_depth=p["max_depth"], min_samples_leaf=p["min_samples_leaf"], ccp_alpha=p["ccp_alpha"],
+        criterion=p["criterion"], splitter=p["splitter"], random_state=0), "wine", "balanced_error")
+
+
 def _f(low: float, high: float, log: bool = False) -> dict[str, Any]:
     return {"type": "float", "low": low, "high": high, "log": log}
 
@@ -232,6 +308,29 @@ REAL_TASKS: dict[str, Task] = {t.name: t for t in (
                       "batch_size": _i(8, 128, True)}, mlp_iris),
 )}
 
+HELDOUT_TASKS: dict[str, Task] = {t.name: t for t in (
+    Task("ada_breast_cancer", {"n_estimators": _i(5, 100, True), "learning_rate": _f(1e-3, 2.0, True),
+                               "max_depth": _i(1, 5)}, ada_breast_cancer),
+    Task("svr_diabetes", {"C": _f(1e-2, 1e4, True), "epsilon": _f(1e-2, 100.0, True),
+                          "gamma": _f(1e-4, 1.0, True), "kernel": _c("rbf", "sigmoid", "linear")}, svr_diabetes),
+    Task("kridge_friedman", {"alpha": _f(1e-5, 10.0, True), "gamma": _f(1e-4, 1.0, True),
+                             "kernel": _c("rbf", "laplacian")}, kridge_friedman),
+    Task("rf_friedman", {"n_estimators": _i(5, 60), "max_depth": _i(1, 15), "min_samples_leaf": _i(1, 50, True),
+                         "max_features": _f(0.05, 1.0), "bootstrap": _c(True, False)}, rf_friedman),
+    Task("logreg_breast_cancer", {"C": _f(1e-4, 1e3, True), "penalty": _c("l1", "l2"),
+                                  "class_weight": _c(None, "balanced"),
+                                  "intercept_scaling": _f(0.1, 10.0, True)}, logreg_breast_cancer),
+    Task("knn_digits", {"n_neighbors": _i(1, 100, True), "weights": _c("uniform", "distance"),
+                        "p": _f(1.0, 3.0)}, knn_digits),
+    Task("lgbm_synthetic", {"learning_rate": _f(1e-3, 0.5, True), "num_leaves": _i(2, 64, True),
+                            "min_child_samples": _i(1, 100, True), "subsample": _f(0.3, 1.0),
+                            "colsample_bytree": _f(0.2, 1.0), "reg_lambda": _f(1e-3, 100.0, True),
+                            "n_estimators": _i(5, 150, True)}, lgbm_synthetic),
+    Task("dt_wine", {"max_depth": _i(1, 15), "min_samples_leaf": _i(1, 40, True), "ccp_alpha": _f(1e-4, 0.5, True),
+                     "criterion": _c("gini", "entropy"), "splitter": _c("best", "random")}, dt_wine),
+)}
+
 PLATEAU_TASKS = ("dt_breast_cancer", "svc_breast_cancer", "knn_iris", "lgbm_diabetes", "sgd_wine", "dt_diabetes")
 
 TASKS.update(REAL_TASKS)
+TASKS.update(HELDOUT_TASKS)

@@ -16,6 +16,8 @@ two-sided binomial p); and, per task, whether calibo's mean best at 100 is worse
     python benchmarks/real_tuning.py --workers 2                      # everything (hours on 2 cores)
     python benchmarks/real_tuning.py --methods calibo,random --tasks knn_iris --seeds 2 --in-flight 1
     python benchmarks/real_tuning.py --merge a.json b.json             # combine partial runs
+    python benchmarks/real_tuning.py --tasks heldout --methods calibo,optuna_gp,optuna_tpe,random \
+        --seeds 3 --out benchmarks/results/real_tuning_heldout_tasks.json   # the held-out tasks
 
 Writes benchmarks/results/real_tuning.json and real_tuning.png.
 """
@@ -48,7 +50,7 @@ from benchmarks.crowd_search import (  # noqa: E402
     run_jobs,
     run_key,
 )
-from benchmarks.real_tasks import PLATEAU_TASKS, REAL_TASKS  # noqa: E402
+from benchmarks.real_tasks import HELDOUT_TASKS, PLATEAU_TASKS, REAL_TASKS  # noqa: E402
 from benchmarks.search import (  # noqa: E402
     RESULTS,
     _mean_ranks,
@@ -173,10 +175,10 @@ def main() -> None:
     else:
         methods = parse_methods(args.methods)
         check_methods(methods)
-        tasks = args.tasks.split(",")
+        tasks = list(HELDOUT_TASKS) if args.tasks == "heldout" else args.tasks.split(",")
         bad = [t for t in tasks if t not in TASKS]
         if bad:
-            sys.exit(f"unknown tasks {bad}; choose from {sorted(REAL_TASKS)}")
+            sys.exit(f"unknown tasks {bad}; choose from {sorted(REAL_TASKS)}, 'heldout' or {sorted(HELDOUT_TASKS)}")
         ks = [int(k) for k in args.in_flight.split(",")]
         seeds = range(args.seed_offset, args.seed_offset + args.seeds)
         skipped = skipped_runs(args.skip)
