@@ -16,8 +16,8 @@ two-sided binomial p); and, per task, whether calibo's mean best at 100 is worse
     python benchmarks/real_tuning.py --workers 2                      # everything (hours on 2 cores)
     python benchmarks/real_tuning.py --methods calibo,random --tasks knn_iris --seeds 2 --in-flight 1
     python benchmarks/real_tuning.py --merge a.json b.json             # combine partial runs
-    python benchmarks/real_tuning.py --tasks heldout --methods calibo,optuna_gp,optuna_tpe,random \
-        --seeds 3 --out benchmarks/results/real_tuning_heldout_tasks.json   # the held-out tasks
+    python benchmarks/real_tuning.py --tasks heldout --methods calibo,optuna_gp,optuna_tpe,smac,random \
+        --out benchmarks/results/real_tuning_heldout_tasks.json           # the held-out tasks
 
 Writes benchmarks/results/real_tuning.json and real_tuning.png.
 """
