@@ -91,12 +91,16 @@ def dt_breast_cancer(p: dict[str, Any]) -> float:
         max_features=p["max_features"], criterion=p["criterion"], random_state=0), "breast_cancer", "error")
 
 
+def _forest(model, p: dict[str, Any]):
+    """A random forest (``model``: the classifier or the regressor) of the forest tasks' parameters."""
+    return model(n_estimators=p["n_estimators"], max_depth=p["max_depth"], min_samples_leaf=p["min_samples_leaf"],
+                 max_features=p["max_features"], bootstrap=p["bootstrap"], n_jobs=1, random_state=0)
+
+
 def rf_wine(p: dict[str, Any]) -> float:
     from sklearn.ensemble import RandomForestClassifier
 
-    return _cv(RandomForestClassifier(
-        n_estimators=p["n_estimators"], max_depth=p["max_depth"], min_samples_leaf=p["min_samples_leaf"],
-        max_features=p["max_features"], bootstrap=p["bootstrap"], n_jobs=1, random_state=0), "wine", "error")
+    return _cv(_forest(RandomForestClassifier, p), "wine", "error")
 
 
 def svc_breast_cancer(p: dict[str, Any]) -> float:
@@ -220,9 +224,7 @@ def kridge_friedman(p: dict[str, Any]) -> float:
 def rf_friedman(p: dict[str, Any]) -> float:
     from sklearn.ensemble import RandomForestRegressor
 
-    return _cv(RandomForestRegressor(
-        n_estimators=p["n_estimators"], max_depth=p["max_depth"], min_samples_leaf=p["min_samples_leaf"],
-        max_features=p["max_features"], bootstrap=p["bootstrap"], n_jobs=1, random_state=0), "friedman1", "mse")
+    return _cv(_forest(RandomForestRegressor, p), "friedman1", "mse")
 
 
 def logreg_breast_cancer(p: dict[str, Any]) -> float:
