@@ -17,7 +17,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from calibo import __version__
 
 from .api import AUTH_DOC, errors, router
+from .api.headers import HeadAsGet, SecurityHeaders
 from .api.middleware import BearerAuth, BodyLimit, CatchAll, RequestContext, StudyPath
+from .api.ratelimit import RateLimit, throttles
 from .api.schemas import Health
 from .config import Settings
 from .dashboard import install as install_dashboard
@@ -90,6 +92,8 @@ async def _housekeeping(svc: StudyService, fits: FitPool | QueueFits, interval: 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     tokens = settings.tokens()  # a bad CALIBO_API_TOKENS fails at start, not at the first request
+    per_token, auth_failures = throttles(settings.rate_limit, settings.auth_failure_limit,
+                                         settings.rate_limit_storage, auth=bool(tokens))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -135,11 +139,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = app.state.metrics = Metrics()
     errors.install(app)
     # outermost last: CatchAll sees everything, auth runs before any body is read
-    app.add_middleware(StudyPath)  # innermost: before routing, a study name's %2F stays in its segment
+    app.add_middleware(HeadAsGet)  # innermost: HEAD routes as GET (logged and authorised as HEAD)
+    app.add_middleware(StudyPath)  # before routing, a study name's %2F stays in its segment
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout_seconds)
-    app.add_middleware(BearerAuth, tokens=tokens)
+    if per_token is not None:  # inside auth: counts per token, before any body is read
+        app.add_middleware(RateLimit, throttle=per_token)
+    app.add_middleware(BearerAuth, tokens=tokens, failures=auth_failures)
     app.add_middleware(CatchAll)
     app.add_middleware(RequestContext, metrics=metrics, access_log=settings.access_log)
+    # outermost: on every answer, errors included; /docs and /redoc load their CDN scripts
+    app.add_middleware(SecurityHeaders, docs=("/docs", "/redoc") if docs else ())
 
     @app.get("/healthz", response_model=Health, tags=["service"], summary="Readiness",
              description="200 while the database answers (checked at most once a second) and every fit "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -91,6 +91,21 @@ class Settings(BaseSettings):
         5.0, gt=0, le=600, description="connecting to the database gives up after this (then 503)",
     )
     docs: bool = Field(True, description="serve /docs, /redoc and /openapi.json (without auth)")
+    rate_limit: str = Field(
+        "", description="requests to /v1 allowed per token (per client address when auth is off), in the "
+        "notation of the limits library: 100/second, or several separated by ';' (20/second;1000/minute); "
+        "past it 429 with Retry-After; empty (the default) sets no limit",
+    )
+    auth_failure_limit: str = Field(
+        "100/minute", description="failed authentications (401) allowed per client address when "
+        "auth is on; past it the address is answered 429 with Retry-After, its token not checked, until the "
+        "window allows again; empty turns the throttle off",
+    )
+    rate_limit_storage: str = Field(
+        "memory://", description="where rate-limit counts live: memory:// (this process) or "
+        "redis://host:6379 (shared by the API replicas that name it); while it is unreachable requests "
+        "are not limited (fail-open, logged)",
+    )
 
     @model_validator(mode="after")
     def _queue_needs_postgres(self) -> Settings:
@@ -100,6 +115,37 @@ class Settings(BaseSettings):
         if self.worker_stalled_seconds <= self.worker_heartbeat_seconds:
             raise ValueError("CALIBO_WORKER_STALLED_SECONDS must exceed CALIBO_WORKER_HEARTBEAT_SECONDS")
         return self
+
+    @field_validator("rate_limit", "auth_failure_limit")
+    @classmethod
+    def _rate_limit(cls, v: str, info: ValidationInfo) -> str:
+        # the notation of the limits library, checked here so that a typo fails at start
+        from limits import parse_many
+
+        v = v.strip()
+        setting = f"CALIBO_{(info.field_name or '').upper()}"
+        if v:
+            try:
+                items = parse_many(v)
+            except ValueError:
+                raise ValueError(f"{setting}={v!r} is not a rate limit: write e.g. 100/second, 20/minute, or "
+                                 "several separated by ';' (10/second;500/minute); empty turns it off") from None
+            if any(item.amount < 1 for item in items):
+                raise ValueError(f"{setting}={v!r} allows no request; leave it empty to turn the limit off")
+        return v
+
+    @field_validator("rate_limit_storage")
+    @classmethod
+    def _rate_limit_storage(cls, v: str) -> str:
+        import limits.aio.storage  # noqa: F401 - registers the asyncio storages' schemes
+        from limits.storage import SCHEMES
+
+        v = v.strip()
+        scheme = v.partition("://")[0]
+        if "://" not in v or (scheme if scheme.startswith("async+") else "async+" + scheme) not in SCHEMES:
+            raise ValueError(f"CALIBO_RATE_LIMIT_STORAGE={v!r} is not a storage the limits library knows: use "
+                             "memory:// or redis://host:port")
+        return v
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -4,6 +4,10 @@ The browser tests drive Debian's ``chromium`` (``CALIBO_CHROMIUM``, default /usr
 playwright-python through ``executable_path`` (no ``playwright install``); they skip where either is
 missing (.ci/run installs both). The page polls every 0.3 s here (``?poll=0.3``). The run without auth
 writes benchmarks/results/dashboard.png, the screenshot the README shows.
+
+The page runs under the Content-Security-Policy the server sends with it (never bypassed here): every
+``securitypolicyviolation`` event and every console error (Chromium logs each refused script, style or
+frame) fails the test that provoked it.
 """
 
 from __future__ import annotations
@@ -13,11 +17,14 @@ import math
 import os
 import re
 from collections.abc import Iterator
+from html.parser import HTMLParser
 from pathlib import Path
 
 import httpx
 import pytest
 from conftest import LiveServer
+
+from calibo.server.api.headers import DASHBOARD_CSP
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ROOT / "service" / "dashboard" / "static"
@@ -31,6 +38,11 @@ SPACE = {
 }
 OFFSET = {"rbf": 0.0, "matern": 2.0, "linear": 5.0}
 WRITE, READ = "w-token", "r-token"
+
+# reports each Content-Security-Policy violation of the page to the test (a binding: not itself a script
+# the policy governs)
+REPORT_VIOLATIONS = """document.addEventListener('securitypolicyviolation', (e) => window.cspViolation(
+    `${e.effectiveDirective} blocked ${e.blockedURI || 'inline'} at ${e.sourceFile}:${e.lineNumber}`));"""
 
 # every plot rendered with data: points counted, and a canvas drawn
 ALL_DRAWN = """() => [...document.querySelectorAll('[data-plot]:not([hidden])')].every(
@@ -131,6 +143,43 @@ def test_vendored_chart_library_matches_its_record() -> None:
     assert "MIT" in (STATIC / "vendor" / "LICENSE").read_text()
 
 
+class Inline(HTMLParser):
+    """What a strict policy would refuse in markup: inline scripts, event handlers, style attributes
+    and elements, javascript: URLs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        names = dict(attrs)
+        if tag == "script" and "src" not in names:
+            self.found.append("inline <script>")
+        if tag == "style":
+            self.found.append("<style>")
+        for name, value in attrs:
+            if name.startswith("on") or name == "style" or (value or "").strip().lower().startswith("javascript:"):
+                self.found.append(f"<{tag} {name}=...>")
+
+
+def test_the_page_has_no_inline_script_style_or_handler() -> None:
+    parser = Inline()
+    parser.feed((STATIC / "index.html").read_text())
+    assert parser.found == []
+    js = (STATIC / "app.js").read_text()
+    assert not re.search(r"\beval\(|new Function\(|innerHTML|setAttribute\(\s*[\"']style", js)
+    assert "localStorage.setItem" not in js and "localStorage.getItem" not in js
+
+
+def test_the_page_is_sent_with_a_policy_that_refuses_framing(auth_server: LiveServer) -> None:
+    assert "frame-ancestors 'none'" in DASHBOARD_CSP.split("; ")
+    with auth_server.client() as c:
+        for path in ("/dashboard", "/dashboard/static/app.js"):
+            r = c.get(path)
+            assert r.headers["content-security-policy"] == DASHBOARD_CSP and r.headers["x-frame-options"] == "DENY"
+            assert r.headers["x-content-type-options"] == "nosniff" and r.headers["referrer-policy"] == "no-referrer"
+
+
 # ------------------------------------------------------------------ browser
 @pytest.fixture(scope="module")
 def browser() -> Iterator:
@@ -156,6 +205,8 @@ def page(browser) -> Iterator:
     pg.on("pageerror", lambda e: pg.errors.append(f"pageerror: {e}"))
     pg.on("console", lambda m: m.type == "error" and not m.text.startswith("Failed to load resource")
           and pg.errors.append(m.text))
+    context.expose_function("cspViolation", lambda text: pg.errors.append(f"CSP violation: {text}"))
+    context.add_init_script(REPORT_VIOLATIONS)
     yield pg
     context.close()
 
@@ -178,7 +229,8 @@ def test_dashboard_renders_every_plot_and_follows_new_trials(open_server: LiveSe
         curves = c.get(f"/v1/studies/{sid}/curves").json()
         assert study["trials"] == {"waiting": 0, "running": 1, "complete": 26, "failed": 1, "pruned": 2, "total": 30}
 
-        page.goto(f"{open_server.url}/dashboard?poll=0.3")
+        answer = page.goto(f"{open_server.url}/dashboard?poll=0.3")
+        assert answer.headers["content-security-policy"] == DASHBOARD_CSP  # what the page runs under
         page.wait_for_selector(f'#study-table tr[data-study-id="{sid}"]')
         assert page.text_content(f'#study-table tr[data-study-id="{sid}"] td.total') == "30"
         select_study(page, sid)
@@ -234,6 +286,12 @@ def test_dashboard_with_a_read_token(auth_server: LiveServer, page) -> None:
     page.wait_for_selector("#token-form", state="visible")  # the API answered 401: the page asks
     assert page.get_attribute("#status", "data-state") == "token"
 
+    # a token an older version kept in localStorage: removed on load, and not used
+    page.evaluate(f"() => localStorage.setItem('calibo.token', '{READ}')")
+    page.reload()
+    page.wait_for_selector("#token-form", state="visible")
+    assert page.evaluate("() => localStorage.length") == 0
+
     page.fill("#token-input", "not-a-token")
     page.click("#token-form button[type=submit]")
     page.wait_for_function("() => document.querySelector('#token-why').textContent.includes('rejected')")
@@ -246,16 +304,25 @@ def test_dashboard_with_a_read_token(auth_server: LiveServer, page) -> None:
     select_study(page, sid)
     assert page.get_attribute('[data-fact="trials"]', "data-total") == "12"
 
-    # kept in the browser: a reload needs no token
-    assert page.evaluate("() => localStorage.getItem('calibo.token')") == READ
+    # kept in this tab's sessionStorage, nowhere in localStorage: a reload needs no token
+    stored = "() => [localStorage, sessionStorage].map((s) => Object.keys(s).map((k) => [k, s.getItem(k)]))"
+    in_local, in_session = page.evaluate(stored)
+    assert in_local == [] and in_session == [["calibo.token", READ]]
     page.reload()
     page.wait_for_function(ALL_DRAWN)
     assert page.is_hidden("#token-form")
+    assert page.evaluate(stored) == [[], [["calibo.token", READ]]]
+
+    # another tab of the same browser asks for its own
+    other = page.context.new_page()
+    other.goto(f"{auth_server.url}/dashboard?poll=0.3")
+    other.wait_for_selector("#token-form", state="visible")
+    other.close()
 
     # forgotten: asked again
     page.click("#token-button")
     page.wait_for_selector("#token-form", state="visible")
-    assert page.evaluate("() => localStorage.getItem('calibo.token')") is None
+    assert page.evaluate(stored) == [[], []]
     assert not page.errors, page.errors
 
 
@@ -325,3 +392,37 @@ def test_dashboard_shows_a_multi_objective_study(open_server: LiveServer, page) 
         page.wait_for_timeout(300)  # let the last poll's redraw land
         page.locator("#study").screenshot(path=str(SCREENSHOT.with_name("dashboard_pareto.png")))
     assert not page.errors, page.errors
+
+
+
+
+def reported(pg, text: str, seconds: float = 20.0) -> bool:
+    """Whether an error containing ``text`` reaches the test within ``seconds`` (they arrive as events)."""
+    for _ in range(int(seconds / 0.05)):
+        if any(text in e for e in pg.errors):
+            return True
+        pg.wait_for_timeout(50)
+    return False
+
+
+def test_the_policy_is_enforced_and_a_violation_is_caught(open_server: LiveServer, page) -> None:
+    """The check every browser test ends with can fail: an inline script injected into the page is
+    refused, and reported both ways."""
+    page.goto(f"{open_server.url}/dashboard?poll=0.3")
+    page.wait_for_selector('#status[data-state="ok"]')
+    assert not page.errors, page.errors
+    page.evaluate("""() => {
+        const s = document.createElement('script');
+        s.textContent = 'window.injected = true';
+        document.body.append(s);
+    }""")
+    assert reported(page, "CSP violation: script-src"), page.errors  # the event
+    assert reported(page, "Content Security Policy"), page.errors  # the console line
+    assert page.evaluate("() => window.injected") is None
+
+
+def test_the_page_cannot_be_framed(open_server: LiveServer, page) -> None:
+    page.set_content(f'<iframe src="{open_server.url}/dashboard?poll=0.3"></iframe>')  # on about:blank
+    assert reported(page, "frame-ancestors"), page.errors
+    framed = page.frames[1]
+    assert "/dashboard" not in framed.url or framed.query_selector("#study-table") is None

@@ -311,8 +311,8 @@ def test_openapi_states_what_the_server_accepts(http: httpx.Client) -> None:
 
 
 @pytest.mark.parametrize("method, path, allowed", [
-    ("DELETE", "/v1/studies", {"GET", "POST"}),
-    ("PUT", "/v1/studies/1", {"GET", "DELETE"}),
+    ("DELETE", "/v1/studies", {"GET", "HEAD", "POST"}),
+    ("PUT", "/v1/studies/1", {"GET", "HEAD", "DELETE"}),
     ("GET", "/v1/studies/1/ask", {"POST"}),
 ])
 def test_405_lists_every_allowed_method(http: httpx.Client, method: str, path: str, allowed: set) -> None:

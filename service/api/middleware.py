@@ -10,7 +10,8 @@ per request and see the request before its body is read:
   the traceback is logged once per kind of failure per interval.
 * ``BearerAuth``: ``/v1`` needs a known token before anything else happens, so
   an unauthenticated client cannot make the server read or parse a body.
-  Tokens are compared in constant time (digests, over every configured token).
+  Tokens are compared in constant time (digests, over every configured token). Failed
+  attempts are throttled per client address (``ratelimit``): past the limit, 429.
 * ``BodyLimit``: a declared ``Content-Length`` over the limit answers 413 at
   once; a streamed body is counted as it arrives (413 once over) and must
   arrive within the body deadline (408). Both close the connection, whose
@@ -33,6 +34,7 @@ from fastapi import HTTPException
 
 from ..logs import Throttled, one_line, request_id
 from .errors import error_response
+from .ratelimit import IDENTITY, Throttle, client_address, too_many
 
 log = logging.getLogger("calibo.api")
 
@@ -85,26 +87,50 @@ class CatchAll:
 
 
 class BearerAuth:
-    def __init__(self, app: ASGIApp, tokens: dict[str, str], prefixes: tuple[str, ...] = ("/v1", "/metrics")
-                 ) -> None:
+    """``/v1`` and ``/metrics`` need a known token; a ``read`` token may only read.
+
+    With a ``failures`` throttle (``CALIBO_AUTH_FAILURE_LIMIT``), each 401 counts against the
+    client's address; past the limit that address is answered 429 with ``Retry-After``, its token
+    not even checked, until the window allows again. An authenticated request carries its token's
+    identity (a digest prefix, never the token) in ``scope[ratelimit.IDENTITY]`` for the per-token
+    limit.
+    """
+
+    def __init__(self, app: ASGIApp, tokens: dict[str, str], prefixes: tuple[str, ...] = ("/v1", "/metrics"),
+                 failures: Throttle | None = None) -> None:
         self.app = app
         self.prefixes = prefixes
-        self.tokens = [(hashlib.sha256(t.encode()).digest(), role) for t, role in tokens.items()]
+        self.failures = failures
+        self.tokens: list[tuple[bytes, str, str]] = []  # digest, role, identity
+        for t, role in tokens.items():
+            digest = hashlib.sha256(t.encode()).digest()
+            self.tokens.append((digest, role, "token:" + digest.hex()[:16]))
+        self._refused = Throttled(log, 60.0)
 
-    def role(self, token: str) -> str | None:
-        """The token's role, or None; the time taken does not depend on which token matched."""
+    def lookup(self, token: str) -> tuple[str, str] | None:
+        """The token's role and identity, or None; the time taken does not depend on which token
+        matched."""
         given = hashlib.sha256(token.encode()).digest()
         found = None
-        for digest, role in self.tokens:
+        for digest, role, identity in self.tokens:
             if hmac.compare_digest(digest, given) and found is None:
-                found = role
+                found = (role, identity)
         return found
+
+    def role(self, token: str) -> str | None:
+        """The token's role, or None."""
+        found = self.lookup(token)
+        return found[0] if found else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         if scope["type"] != "http" or not self.tokens or not any(
                 path == p or path.startswith(p + "/") for p in self.prefixes):
             await self.app(scope, receive, send)
+            return
+        failures = self.failures
+        if failures is not None and (wait := failures.blocked(client_address(scope))):
+            await self._too_many(scope, wait)(scope, receive, send)
             return
         header = (_header(scope, b"authorization") or b"").decode("latin-1")
         scheme, _, token = header.partition(" ")
@@ -114,16 +140,26 @@ class BearerAuth:
             answer = error_response(401, "unauthorized", "an Authorization: Bearer <token> header is required",
                                     "authorization", {"WWW-Authenticate": "Bearer"})
         else:
-            role = self.role(token)
-            if role is None:
+            found = self.lookup(token)
+            if found is None:
                 answer = error_response(401, "unauthorized", "invalid token", "authorization",
                                         {"WWW-Authenticate": "Bearer"})
-            elif scope["method"] not in ("GET", "HEAD", "OPTIONS") and role != "write":
+            elif scope["method"] not in ("GET", "HEAD", "OPTIONS") and found[0] != "write":
                 answer = error_response(403, "forbidden", "this token may only read", "authorization")
+            else:
+                scope[IDENTITY] = found[1]
         if answer is None:
             await self.app(scope, receive, send)
-        else:
-            await answer(scope, receive, send)
+            return
+        if answer.status_code == 401 and failures is not None and (
+                wait := await failures.hit(client_address(scope))):
+            answer = self._too_many(scope, wait)
+        await answer(scope, receive, send)
+
+    def _too_many(self, scope: Scope, wait: int) -> Any:
+        self._refused.log(logging.WARNING, "auth", "too many failed authentications from %s: answered 429, "
+                          "retry after %d s", client_address(scope), wait)
+        return too_many(wait, "too many failed authentications from this address", "authorization")
 
 
 class BodyLimit:

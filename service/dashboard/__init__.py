@@ -2,7 +2,9 @@
 
 A plain page (``static/index.html``, ``app.js``, ``style.css``; charts by the vendored uPlot in
 ``static/vendor/``, see ``VENDORED.md`` there) that polls the JSON API under ``/v1``. The page and its
-assets are public; the data needs the token the user enters once (kept in the browser's localStorage).
+assets are public; the data needs the token the user enters once (kept in the tab's sessionStorage,
+never in localStorage). The page runs under a strict Content-Security-Policy (``api.headers``): no
+inline script, style or event handler, everything from the server itself, no framing.
 """
 
 from __future__ import annotations

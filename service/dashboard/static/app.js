@@ -23,8 +23,23 @@
   const $ = (sel, el = document) => el.querySelector(sel);
   const $$ = (sel, el = document) => Array.from(el.querySelectorAll(sel));
 
+  // The token lives in this tab's sessionStorage (gone when the tab closes) and in memory, never in
+  // localStorage, which outlives the tab; a token that earlier versions left there is removed on load.
+  const session = {
+    get() {
+      try { return sessionStorage.getItem(TOKEN_KEY); } catch (e) { return null; } // storage off: memory only
+    },
+    set(token) {
+      try {
+        if (token) sessionStorage.setItem(TOKEN_KEY, token);
+        else sessionStorage.removeItem(TOKEN_KEY);
+      } catch (e) { /* storage off: memory only */ }
+    },
+  };
+  try { localStorage.removeItem(TOKEN_KEY); } catch (e) { /* storage off: nothing kept there */ }
+
   const state = {
-    token: localStorage.getItem(TOKEN_KEY),
+    token: session.get(),
     needToken: false,
     offset: 0, // of the study list
     studyId: null,
@@ -219,8 +234,7 @@
 
   function setToken(token) {
     state.token = token || null;
-    if (token) localStorage.setItem(TOKEN_KEY, token);
-    else localStorage.removeItem(TOKEN_KEY);
+    session.set(state.token);
     $("#token-button").hidden = !state.token;
   }
 
