@@ -45,7 +45,9 @@ def tell(http: httpx.Client, sid: int, tid: int, **body) -> httpx.Response:
 def assert_error(r: httpx.Response, status: int, code: str | None = None, field: str | None = None) -> dict:
     assert r.status_code == status, r.text
     err = r.json()["error"]
-    assert set(err) == {"code", "message", "field"} and err["message"]
+    # the wire contract's three keys; a name conflict adds the fields that differ
+    assert set(err) - {"differences"} == {"code", "message", "field"} and err["message"]
+    assert "differences" not in err or err["code"] == "name_conflict", err
     if code is not None:
         assert err["code"] == code, err
     if field is not None:

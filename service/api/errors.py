@@ -18,6 +18,7 @@ from starlette.routing import Match
 from calibo.engine.errors import FieldError
 
 from ..errors import ServiceError
+from ..studies.attrs import AttrError
 
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 408: "timeout", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
@@ -25,9 +26,9 @@ _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 40
 
 
 def error_response(status: int, code: str, message: str, field: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message, "field": field}}, status_code=status,
-                        headers=headers)
+                   headers: dict[str, str] | None = None, details: dict[str, Any] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message, "field": field, **(details or {})}},
+                        status_code=status, headers=headers)
 
 
 _PARAM_TAGS = frozenset({"float", "int", "categorical", "ordinal"})
@@ -55,7 +56,7 @@ def install(app: FastAPI) -> None:
         headers = None
         if e.status == 503:
             headers = {"Retry-After": str(request.app.state.settings.retry_after_seconds)}
-        return error_response(e.status, e.code, e.message, e.field, headers)
+        return error_response(e.status, e.code, e.message, e.field, headers, e.details)
 
     @app.exception_handler(FieldError)
     async def _engine(_: Request, e: FieldError) -> JSONResponse:
@@ -70,6 +71,11 @@ def install(app: FastAPI) -> None:
                                   "body")
         field = _field(tuple(first.get("loc", ())), str(first.get("type", "")))
         msg = str(first.get("msg", "invalid request"))
+        cause = (first.get("ctx") or {}).get("error")
+        if isinstance(cause, AttrError):  # a user attribute: name the part inside it
+            msg = cause.reason
+            if cause.path:
+                field = f"{field}.{cause.path}" if field else cause.path
         if len(errs) > 1:
             msg += f" (and {len(errs) - 1} more)"
         if first.get("type") == "missing" and field is None:
@@ -88,10 +94,12 @@ def install(app: FastAPI) -> None:
 
 def allowed_methods(request: Request) -> list[str]:
     """Every method some route answers on the request's path (asked of the routes themselves, so
-    routers included with a prefix count too)."""
+    routers included with a prefix count too); HEAD wherever GET is (``api.headers.HeadAsGet``)."""
     methods = set()
     for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
         scope = {**request.scope, "method": method}
         if any(route.matches(scope)[0] is Match.FULL for route in request.app.router.routes):
             methods.add(method)
+    if "GET" in methods:
+        methods.add("HEAD")
     return sorted(methods)

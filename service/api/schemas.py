@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -54,6 +55,7 @@ from calibo.engine.surrogates import SURROGATES
 from calibo.engine.warp import WARPS
 
 from ..studies import SERVICE_SETTINGS
+from ..studies.attrs import MAX_DEPTH, MAX_USER_ATTRS_BYTES, MAX_USER_ATTRS_KEYS, storable_attrs
 
 Direction = Literal["minimize", "maximize"]
 TrialState = Literal["waiting", "running", "complete", "failed", "pruned"]
@@ -105,19 +107,29 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-MAX_USER_ATTRS_KEYS = 64
 UserAttrs = Annotated[dict[Annotated[str, Field(max_length=MAX_PARAM_NAME)], Any],
                       Field(max_length=MAX_USER_ATTRS_KEYS,
-                            description=f"a JSON object of at most {MAX_USER_ATTRS_KEYS} keys and 16 KiB: run ids, "
-                            "git hashes, artifact paths...", examples=[{"git": "4f2a9c1", "run": "exp-17"}])]
+                            description=f"a JSON object of at most {MAX_USER_ATTRS_KEYS} keys and "
+                            f"{MAX_USER_ATTRS_BYTES // 1024} KiB as compact JSON, nested at most {MAX_DEPTH} deep, "
+                            "finite numbers, strings and keys without NUL or unpaired surrogates: run ids, git "
+                            "hashes, artifact paths...", examples=[{"git": "4f2a9c1", "run": "exp-17"}]),
+                      AfterValidator(storable_attrs)]
 Values = Annotated[list[Real], Field(min_length=1, max_length=MAX_CONSTRAINTS)]
 
 
 # ---------------------------------------------------------------- errors
+class Difference(BaseModel):
+    field: str = Field(description="the create request's field", examples=["seed"])
+    existing: Any = Field(description="the existing study's value (null: not set)", examples=[0])
+    requested: Any = Field(description="this request's value (null: not set)", examples=[42])
+
+
 class ErrorDetail(BaseModel):
     code: str = Field(examples=["invalid_request"])
     message: str = Field(examples=["low must be strictly less than high"])
     field: str | None = Field(None, examples=["space.x1.low"])
+    differences: list[Difference] | None = Field(
+        None, description="409 name_conflict: every field whose value differs from the existing study's")
 
 
 class ErrorBody(BaseModel):

@@ -135,3 +135,46 @@ def build_definition(name: str, space: Any, direction: str, surrogate: str | Non
     return out
 
 
+
+
+def _request_field(path: tuple[str, ...]) -> str:
+    """Where a part of the stored definition came from in the create request."""
+    head, rest = path[0], path[1:]
+    if head == "config":
+        if rest and rest[0] in ("surrogate", "acquisition"):
+            return ".".join(rest)
+        return ".".join(("settings", *rest))
+    if head == "service":
+        return ".".join(("settings", *rest))
+    return ".".join(path)
+
+
+def _differences(a: Any, b: Any, path: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any, Any]]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in [*a, *(k for k in b if k not in a)]:
+            out += _differences(a.get(k), b.get(k), (*path, str(k)))
+        return out
+    return [] if a == b else [(path, a, b)]
+
+
+MAX_LISTED = 8  # differences a name_conflict spells out in its message
+
+
+def definition_differences(existing: dict[str, Any], requested: dict[str, Any]) -> list[dict[str, Any]]:
+    """What differs between two stored definitions, as the create request's fields:
+    ``[{"field": "seed", "existing": 0, "requested": 42}, ...]`` (a field absent on one side is null)."""
+    return [{"field": _request_field(p), "existing": x, "requested": y}
+            for p, x, y in _differences(existing, requested, ())]
+
+
+def conflict_message(name: str, differences: list[dict[str, Any]]) -> str:
+    """The message of a name_conflict: which fields differ, with both values."""
+    def short(v: Any) -> str:
+        text = repr(v)
+        return text if len(text) <= 80 else text[:77] + "..."
+
+    listed = "; ".join(f"{d['field']}: {short(d['existing'])} (existing) vs {short(d['requested'])} (requested)"
+                       for d in differences[:MAX_LISTED])
+    more = f"; and {len(differences) - MAX_LISTED} more" if len(differences) > MAX_LISTED else ""
+    return f"a study named {name!r} exists with a different definition: {listed}{more}"

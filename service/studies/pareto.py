@@ -13,6 +13,27 @@ from ..storage import feasible
 from .definitions import StudyDef
 
 HISTORY_POINTS = 200  # at most this many points of the hypervolume-over-trials curve
+LARGEST = float(np.finfo(float).max)
+
+
+def _finite_ref(ref: np.ndarray) -> np.ndarray:
+    """The default reference point (worst plus a tenth of the range) can overflow when told values
+    reach +-1.8e308: it saturates at the largest float, so JSON can carry it."""
+    return np.clip(np.nan_to_num(ref, nan=LARGEST, posinf=LARGEST, neginf=-LARGEST), -LARGEST, LARGEST)
+
+
+def _hypervolume(Y: np.ndarray, ref: np.ndarray) -> float:
+    """``multi.hypervolume``, saturating at the largest float instead of overflowing.
+
+    Values near +-1.8e308 make the box's sides (``ref - y``) overflow, and a side of infinity
+    times one of zero is NaN. On a quarter of the values (exact: a power of two) the sides stay
+    finite and their products at worst reach infinity, which saturates."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        hv = multi.hypervolume(Y, ref)
+        if np.isfinite(hv):
+            return hv
+        hv = multi.hypervolume(Y * 0.25, ref * 0.25) * 4.0 ** Y.shape[1]
+    return float(min(np.nan_to_num(hv, nan=LARGEST, posinf=LARGEST), LARGEST))
 
 
 def pareto(sd: StudyDef, rows: Sequence[tuple[int, list[float], list[float] | None]],
@@ -28,13 +49,15 @@ def pareto(sd: StudyDef, rows: Sequence[tuple[int, list[float], list[float] | No
     Y = np.array([v for _, v, _ in rows], dtype=float) * signs  # minimised
     ok = np.array([feasible(c) for _, _, c in rows])
     ref_user = sd.config.reference_point
-    ref = np.asarray(ref_user, dtype=float) * signs if ref_user is not None else multi.reference_point(Y)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ref = _finite_ref(np.asarray(ref_user, dtype=float) * signs if ref_user is not None
+                          else multi.reference_point(Y))
     good = np.flatnonzero(ok)
     front = good[multi.pareto_mask(Y[good])] if good.size else good
     out: dict[str, Any] = {
         "ids": [rows[i][0] for i in front],
         "size": int(front.size),
-        "hypervolume": multi.hypervolume(Y[front], ref),
+        "hypervolume": _hypervolume(Y[front], ref),
         "reference_point": (ref * signs).tolist(),
     }
     if history:
@@ -48,6 +71,6 @@ def pareto(sd: StudyDef, rows: Sequence[tuple[int, list[float], list[float] | No
                 both = np.vstack([kept, new])
                 kept = both[multi.pareto_mask(both)]
             last = k
-            curve.append({"trials": k, "hypervolume": multi.hypervolume(kept, ref)})
+            curve.append({"trials": k, "hypervolume": _hypervolume(kept, ref)})
         out["history"] = curve
     return out

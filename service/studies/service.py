@@ -8,7 +8,6 @@ pool. It knows nothing of HTTP.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import numpy as np
 from calibo.engine import EngineConfig, SearchSpace, Snapshot, adapt, initial_states, select
 from calibo.engine.adaptive import state_from_dict, state_to_dict
 from calibo.engine.errors import FieldError
+from calibo.engine.limits import bad_text
 from calibo.engine.optimizer import adapt_constraints, check_value, check_values
 from calibo.engine.pruning import PrunerConfig
 
@@ -30,8 +30,15 @@ from ..config import Settings
 from ..errors import Conflict, InvalidRequest, NotFound
 from ..storage import Storage, StudyInfo, StudyTx, expired, feasible, now
 from ..workers import FitPool
+from .attrs import check_user_attrs
 from .calibration import calibration_view
-from .definitions import StudyDef, build_definition, check_name
+from .definitions import (
+    StudyDef,
+    build_definition,
+    check_name,
+    conflict_message,
+    definition_differences,
+)
 from .pareto import pareto as pareto_of
 from .reports import report
 from .views import (
@@ -45,28 +52,9 @@ from .views import (
 )
 
 MAX_ADDED = 1000  # trials one add request may carry
-MAX_USER_ATTRS_BYTES = 16_384  # a study's or trial's user_attrs, as compact JSON
-MAX_USER_ATTRS_KEYS = 64
 
 # an ask queued for the study's write batch: (count, worker_id, Idempotency-Key, user_attrs)
 AskItem = tuple[int, str | None, str | None, dict[str, Any] | None]
-
-
-def check_user_attrs(attrs: Any, field: str = "user_attrs") -> dict[str, Any] | None:
-    """A small JSON object (bounded keys and size) or None; InvalidRequest naming the field."""
-    if attrs is None:
-        return None
-    if not isinstance(attrs, dict):
-        raise InvalidRequest("must be a JSON object", field=field)
-    if len(attrs) > MAX_USER_ATTRS_KEYS:
-        raise InvalidRequest(f"at most {MAX_USER_ATTRS_KEYS} keys (got {len(attrs)})", field=field)
-    try:
-        size = len(json.dumps(attrs, allow_nan=False, separators=(",", ":")).encode())
-    except (TypeError, ValueError) as e:
-        raise InvalidRequest(f"must be plain JSON: {e}", field=field) from None
-    if size > MAX_USER_ATTRS_BYTES:
-        raise InvalidRequest(f"at most {MAX_USER_ATTRS_BYTES} bytes as JSON (got {size})", field=field)
-    return attrs
 
 
 def _same_value(a: float | None, b: float | None) -> bool:
@@ -180,7 +168,14 @@ class StudyService:
             heads["objectives"] = [[state_to_dict(s) for s in initial_states(config, seed + 101 + j)]
                                    for j in range(1, len(definition["directions"]))]
         heads = heads or None
-        info, created = self.storage.create_study(name, definition, adaptive, heads, attrs)
+        try:
+            info, created = self.storage.create_study(name, definition, adaptive, heads, attrs)
+        except Conflict as e:
+            if e.code != "name_conflict":
+                raise
+            differences = definition_differences(self.storage.definition(self.storage.study_id(name)), definition)
+            raise Conflict(conflict_message(name, differences), field="name", code="name_conflict",
+                           details={"differences": differences}) from None
         if not created and attrs:
             self.storage.set_study_attrs(info.id, attrs)
             info = self.storage.get_study(info.id)
@@ -198,6 +193,8 @@ class StudyService:
             return sid
         if by == "id":
             raise InvalidRequest(f"{ref!r} is not a study id", field="study")
+        if bad_text(ref) is not None:  # create refuses such names: no study has one (and PostgreSQL cannot compare NUL)
+            raise NotFound(f"no study named {ref!r}", field="study")
         return self.storage.study_id(ref)  # one indexed lookup: names are unique
 
     def study(self, study_id: int) -> StudyDef:
@@ -633,9 +630,13 @@ class StudyService:
         specs = [{"params": r.params, "ukey": r.ukey, "state": r.state, "value": r.value, "values": r.values,
                   "constraints": r.constraints, "user_attrs": r.user_attrs, "origin": "copied"} for r in rows]
         sd = self.study(info.id)
-        for lo in range(0, len(specs), MAX_ADDED):
-            with self.storage.locked(info.id) as tx:
-                tx.add_finished(specs[lo : lo + MAX_ADDED], lambda v: sd.better(v, tx.study.best_value))
+        try:
+            for lo in range(0, len(specs), MAX_ADDED):
+                with self.storage.locked(info.id) as tx:
+                    tx.add_finished(specs[lo : lo + MAX_ADDED], lambda v: sd.better(v, tx.study.best_value))
+        except BaseException:  # a copy is whole or absent: never half a study under the new name
+            self.delete(info.id)
+            raise
         if sd.config.warmed_up(sum(r.state == "complete" for r in rows)) and self.fits is not None:
             self.fits.request(info.id)
         return self.storage.get_study(info.id), len(specs)

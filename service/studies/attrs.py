@@ -1,0 +1,92 @@
+"""User attributes: free-form JSON a study or trial carries, checked so that what is stored can be read back.
+
+The API validates them in its schemas (``calibo.server.api.schemas.UserAttrs``) and the
+service again where it is called directly; both use ``check_user_attrs``. A value is
+accepted only if every backend stores it and gives it back unchanged: strings and keys
+without NUL (PostgreSQL refuses it in text and JSON) or unpaired UTF-16 surrogates (not
+encodable as UTF-8, so no response could carry them), finite numbers (JSON has no NaN
+or infinity), nesting at most ``MAX_DEPTH`` deep and at most ``MAX_USER_ATTRS_BYTES`` as
+compact JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from ..errors import InvalidRequest
+
+MAX_USER_ATTRS_BYTES = 16_384  # a study's or trial's user_attrs, as compact JSON
+MAX_USER_ATTRS_KEYS = 64  # keys at the top level
+MAX_DEPTH = 32  # nesting of objects and lists inside an attribute value
+
+
+class AttrError(ValueError):
+    """Why a user attribute cannot be stored, and where: ``path`` below ``user_attrs`` (dotted)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+        self.reason = message
+
+
+def text_problem(s: str) -> str | None:
+    """Why ``s`` cannot be stored as JSON text on every backend, or None."""
+    if "\x00" in s:
+        return "must not contain NUL (U+0000)"
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"must not contain unpaired surrogates (found U+{ord(s[e.start]):04X})"
+    return None
+
+
+def _walk(v: Any, path: str, depth: int) -> None:
+    if isinstance(v, str):
+        why = text_problem(v)
+        if why is not None:
+            raise AttrError(path, why)
+    elif isinstance(v, bool) or v is None or isinstance(v, int):
+        return
+    elif isinstance(v, float):
+        if not math.isfinite(v):
+            raise AttrError(path, "must be a finite number (JSON has no NaN or infinity)")
+    elif isinstance(v, (dict, list)):
+        if depth >= MAX_DEPTH:
+            raise AttrError(path, f"nests deeper than {MAX_DEPTH} levels")
+        items = v.items() if isinstance(v, dict) else enumerate(v)
+        for k, x in items:
+            if isinstance(v, dict):
+                if not isinstance(k, str):
+                    raise AttrError(path, "object keys must be strings")
+                why = text_problem(k)
+                if why is not None:
+                    raise AttrError(path, f"key {k.encode('utf-8', 'backslashreplace').decode()!r} {why}")
+            _walk(x, f"{path}.{k}" if path else str(k), depth + 1)
+    else:
+        raise AttrError(path, f"must be plain JSON, not {type(v).__name__}")
+
+
+def storable_attrs(attrs: Any) -> dict[str, Any]:
+    """``attrs`` if it is a JSON object every backend stores and reads back unchanged; AttrError
+    (a ValueError, so pydantic reports it as a validation error) naming the part that is not."""
+    if not isinstance(attrs, dict):
+        raise AttrError("", "must be a JSON object")
+    if len(attrs) > MAX_USER_ATTRS_KEYS:
+        raise AttrError("", f"at most {MAX_USER_ATTRS_KEYS} keys (got {len(attrs)})")
+    _walk(attrs, "", 0)
+    size = len(json.dumps(attrs, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_USER_ATTRS_BYTES:
+        raise AttrError("", f"at most {MAX_USER_ATTRS_BYTES} bytes as JSON (got {size})")
+    return attrs
+
+
+def check_user_attrs(attrs: Any, field: str = "user_attrs") -> dict[str, Any] | None:
+    """``storable_attrs`` for the service's callers: None passes, InvalidRequest naming the field."""
+    if attrs is None:
+        return None
+    try:
+        return storable_attrs(attrs)
+    except AttrError as e:
+        raise InvalidRequest(e.reason, field=f"{field}.{e.path}" if e.path else field) from None
