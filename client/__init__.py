@@ -45,6 +45,7 @@ from .errors import (
     InvalidRequest,
     NotFound,
     ServerError,
+    Terminated,
     TrialPruned,
     Unauthorized,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "Reporter",
     "ServerError",
     "Study",
+    "Terminated",
     "Trial",
     "TrialRecord",
     "TrialPruned",

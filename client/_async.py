@@ -16,6 +16,7 @@ from ._endpoints import StudyRef, TrialRef
 from ._optimize import (
     AsyncReporter,
     Callback,
+    Outcome,
     Reporter,
     Run,
     Running,
@@ -23,6 +24,7 @@ from ._optimize import (
     catchable,
     check_arguments,
     ends_heartbeats,
+    failed_attrs,
     is_coroutine_callable,
     no_trial_error,
     outcome,
@@ -31,8 +33,9 @@ from ._optimize import (
     worker_id,
 )
 from ._rows import read_rows
+from ._signals import StopSignals, fail_reason
 from ._study import AsyncStudy
-from .errors import CaliboError, TrialPruned
+from .errors import CaliboError, InvalidRequest, TrialPruned
 from .models import Trial
 
 __all__ = ["AsyncClient"]
@@ -58,7 +61,10 @@ class AsyncClient:
     Same errors and the same retry rules: every call (``ask`` with its
     ``Idempotency-Key``) is retried on connection errors and 502/503/504 with
     backoff, honouring ``Retry-After``, until ``retry_deadline`` seconds have
-    passed since its first try (and for at most ``retries`` retries if given).
+    passed since its first try (and for at most ``retries`` retries if given),
+    with a warning on the ``calibo.client`` logger for each retry; before any
+    answer from the server, a connection refused or a host not found raises
+    :class:`~calibo.ConnectionFailed` within about two seconds, naming the URL.
     """
 
     def __init__(
@@ -79,6 +85,7 @@ class AsyncClient:
         self._http = httpx.AsyncClient(
             transport=transport, **client_options(base_url, token, timeout)
         )
+        self._reached = False  # some answer came from the server: connection errors are an outage
 
     @property
     def base_url(self) -> str:
@@ -86,7 +93,7 @@ class AsyncClient:
 
     # ------------------------------------------------------------ plumbing
     async def _run(self, call: Call[T]) -> T:
-        attempts = Attempts(call, self._policy)
+        attempts = Attempts(call, self._policy, base_url=self.base_url, reached=self._reached)
         while True:
             try:
                 response = await self._http.request(
@@ -99,6 +106,7 @@ class AsyncClient:
             except httpx.TransportError as exc:
                 await _sleep(attempts.after_error(exc))
                 continue
+            self._reached = True
             delay = attempts.after_response(response)
             if delay is None:
                 return attempts.finish(response)
@@ -293,6 +301,18 @@ class AsyncClient:
         told failed, stops every task after its current trial and is raised; a
         trial whose heartbeat answers 409 / 404 is still evaluated and told.
 
+        No trial is left running, as in :meth:`Client.optimize`: failed trials
+        carry ``user_attrs={"fail_reason": ...}``, a value the server refuses
+        (422) is told failed before the error is raised. When ``optimize`` is
+        cancelled (Ctrl-C under :func:`asyncio.run` cancels the main task) it
+        stops asking, lets the asks and tells in flight finish, tells failed the
+        trials whose objectives still run (``"fail_reason": "KeyboardInterrupt"``
+        after a SIGINT, ``"CancelledError"`` for another cancellation), then
+        re-raises. SIGTERM, and SIGINT outside :func:`asyncio.run`, while it runs
+        on the main thread's loop cancel it the same way, and it raises
+        :class:`~calibo.Terminated` (a ``SystemExit``) or ``KeyboardInterrupt``
+        once stopped; the previous signal handlers are put back on return.
+
         Pruning as in :meth:`Client.optimize`: an objective with two positional
         parameters, ``(params, reporter)``, gets a reporter for its trial and may
         raise :class:`~calibo.TrialPruned` to have it told ``state="pruned"`` with
@@ -308,7 +328,8 @@ class AsyncClient:
         run = Run(n_trials, callback)
         running = Running()
         call_objective = self._objective_caller(objective)
-        make_reporter = self._reporter_factory(objective, study_id, asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        make_reporter = self._reporter_factory(objective, study_id, loop)
 
         async def work(index: int) -> None:
             try:
@@ -320,22 +341,31 @@ class AsyncClient:
             except BaseException as exc:  # raised by optimize below
                 run.fail(exc)
 
+        this = asyncio.current_task()
+        assert this is not None  # a coroutine runs in a task
         pulse = None
         if heartbeat_interval is not None and n_trials > 0:
             pulse = asyncio.create_task(self._heartbeats(study_id, running, heartbeat_interval))
-        tasks = [asyncio.create_task(work(i)) for i in range(n_workers)]
-        try:
-            await asyncio.gather(*tasks)
-        except BaseException:  # optimize itself cancelled
-            run.stopped.set()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-        finally:
-            if pulse is not None:
-                pulse.cancel()
-                await asyncio.gather(pulse, return_exceptions=True)
+        with StopSignals(cancel=lambda: loop.call_soon_threadsafe(this.cancel)) as signals:
+            tasks = [asyncio.create_task(work(i)) for i in range(n_workers)]
+            try:
+                await asyncio.gather(*tasks)
+            except BaseException as exc:  # optimize itself cancelled
+                run.stopped.set()
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)  # each ends its call in flight
+                reason = signals.reason() or fail_reason(exc)
+                for trial_id in running.close(reason):
+                    await self._tell_failed_quietly(study_id, trial_id, reason)
+                if signals.raised is not None and isinstance(exc, asyncio.CancelledError):
+                    this.uncancel()  # cancelled here for the signal: raise what it stands for
+                    raise signals.raised from None
+                raise
+            finally:
+                if pulse is not None:
+                    pulse.cancel()
+                    await asyncio.gather(pulse, return_exceptions=True)
         if run.error is not None:
             raise run.error
         return run.results
@@ -398,30 +428,64 @@ class AsyncClient:
         worker: str,
     ) -> None:
         while run.take():
+            trial = await _uncut(self._ask_into(running, study_id, worker))
+            if trial is None:
+                return
+            reporter = make_reporter(trial)
+            told: Outcome
+            try:
+                told = outcome(await call_objective(dict(trial.params), reporter))
+            except TrialPruned:
+                told = (*pruned_outcome(reporter), None)
+            except asyncio.CancelledError:
+                raise  # optimize is stopping: it tells this trial failed
+            except BaseException as exc:
+                if not catchable(exc, catch):
+                    if running.finish(trial.id):
+                        try:
+                            await _uncut(self._tell_failed_quietly(study_id, trial.id, fail_reason(exc)))
+                        finally:
+                            running.end_call()
+                    raise
+                told = (None, "failed", fail_reason(exc))
+            if not running.finish(trial.id):
+                return
+            try:
+                view = await _uncut(self._tell_outcome(study_id, trial.id, told))
+            finally:
+                running.end_call()
+            run.record(view)
+
+    async def _ask_into(self, running: Running, study_id: int, worker: str) -> Trial | None:
+        """One new trial, registered in ``running``; None once the run is stopped."""
+        if not running.begin_call():
+            return None
+        try:
             trials = await self.ask(study_id, 1, worker)
             if not trials:
                 raise no_trial_error()
             trial = trials[0]
-            running.add(trial.id)
-            reporter = make_reporter(trial)
-            try:
-                try:
-                    value, state = outcome(await call_objective(dict(trial.params), reporter))
-                except TrialPruned:
-                    value, state = pruned_outcome(reporter)
-                except BaseException as exc:
-                    if not catchable(exc, catch):
-                        await self._tell_failed_quietly(study_id, trial.id)
-                        raise
-                    value, state = None, "failed"
-            finally:
-                running.discard(trial.id)
-            run.record(await self.tell(study_id, trial.id, value, state=state))
+            if running.add(trial.id):
+                return trial
+            await self._tell_failed_quietly(study_id, trial.id, running.reason)
+            return None
+        finally:
+            running.end_call()
 
-    async def _tell_failed_quietly(self, study_id: int, trial_id: int) -> None:
+    async def _tell_outcome(self, study_id: int, trial_id: int, told: Outcome) -> TrialView:
+        """Tell what the objective came to; a value the server refuses (422) is told failed, then raised."""
+        value, state, reason = told
+        try:
+            return await self.tell(study_id, trial_id, value, state=state, user_attrs=failed_attrs(reason))
+        except InvalidRequest as exc:
+            if value is not None:
+                await self._tell_failed_quietly(study_id, trial_id, fail_reason(exc))
+            raise
+
+    async def _tell_failed_quietly(self, study_id: int, trial_id: int, reason: str | None) -> None:
         """Best effort: the objective's own error (or cancellation) is what propagates."""
         try:
-            await self.tell(study_id, trial_id, state="failed")
+            await self.tell(study_id, trial_id, state="failed", user_attrs=failed_attrs(reason))
         except (CaliboError, asyncio.CancelledError):
             pass
 
@@ -435,6 +499,23 @@ class AsyncClient:
                     if ends_heartbeats(exc):
                         running.stop_beating(trial_id)
                     # else the server stayed away past the retries: beat again next time
+
+
+async def _uncut(call: Awaitable[T]) -> T:
+    """Await an ask or a tell to its end even if the awaiting task is cancelled meanwhile, then
+    raise the cancellation: a trial is never asked without being known, nor told halfway."""
+    inner = asyncio.ensure_future(call)
+    cancelled = False
+    while not inner.done():
+        try:
+            await asyncio.wait({inner})  # cancelling the waiter leaves the call running
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        if not inner.cancelled():
+            inner.exception()  # retrieved: the cancellation is what propagates
+        raise asyncio.CancelledError
+    return inner.result()
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop, start: Callable[[], Coroutine[Any, Any, T]]) -> T:

@@ -3,7 +3,8 @@
 A :class:`Call` describes one request (method, path, body, query, headers), how
 safe it is to send twice, and how to read its answer. :class:`Attempts` follows
 one call through its tries: after a transport error or a response it says
-whether to try again and after how long, or raises the typed error. ``Client``
+whether to try again and after how long (logging a warning on the
+``calibo.client`` logger for each retry), or raises the typed error. ``Client``
 and ``AsyncClient`` only add the sending and the sleeping.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import email.utils
 import enum
+import logging
 import math
 import os
 import random
@@ -35,12 +37,17 @@ __all__ = [
 
 T = TypeVar("T")
 
+log = logging.getLogger("calibo.client")
+
 # Errors after which the request provably never reached the server.
 UNSENT_ERRORS: tuple[type[httpx.TransportError], ...] = (
     httpx.ConnectError,
     httpx.ConnectTimeout,
     httpx.PoolTimeout,
 )
+# Errors that say no server answers at the address: refused, unknown host, unreachable network.
+# Before the client has had any answer they more likely mean a wrong URL than an outage.
+UNREACHED_ERRORS: tuple[type[httpx.TransportError], ...] = (httpx.ConnectError, httpx.ConnectTimeout)
 # Errors worth another try for a call that is safe to repeat: timeouts, broken
 # connections and a server that hung up mid-answer.
 TRANSIENT_ERRORS: tuple[type[httpx.TransportError], ...] = (
@@ -51,6 +58,19 @@ TRANSIENT_ERRORS: tuple[type[httpx.TransportError], ...] = (
 # Statuses that say "not now" rather than "no": the service's own 503 and a
 # proxy's 502 / 504 in front of a restarting replica.
 RETRY_STATUSES = frozenset({502, 503, 504})
+
+
+def throttled(response: httpx.Response) -> bool:
+    """A 429 of the server's rate limit: the request was refused before anything was done, so any
+    call may be sent again after ``Retry-After``. The failed-authentication throttle's 429 (field
+    ``authorization``) is not: the token is wrong, and retrying only keeps the address blocked."""
+    if response.status_code != 429:
+        return False
+    try:
+        field = response.json()["error"]["field"]
+    except (ValueError, KeyError, TypeError):
+        return True  # a proxy's 429: it did not pass the request on either
+    return field != "authorization"
 
 
 class Safety(enum.Enum):
@@ -111,6 +131,12 @@ class RetryPolicy:
     ``max_retry_after`` seconds. A wait that would end past the deadline is cut
     to end on it, so the last try starts at the deadline; once no time is left
     the call gives up at once.
+
+    Until the client has had an answer from the server, a connection that
+    cannot be made (refused, unknown host: a wrong URL or a server not
+    started) is retried at most ``unreached_retries`` times within
+    ``unreached_deadline`` seconds, so that a wrong address fails in seconds
+    rather than after the whole deadline.
     """
 
     retries: int | None = None
@@ -118,15 +144,17 @@ class RetryPolicy:
     max_backoff: float = 10.0
     max_retry_after: float = 60.0
     deadline: float = 60.0
+    unreached_retries: int = 2
+    unreached_deadline: float = 2.0
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
     clock: Callable[[], float] = field(default=time.monotonic, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.retries is not None and self.retries < 0:
+        if (self.retries is not None and self.retries < 0) or self.unreached_retries < 0:
             raise ValueError("retries must be >= 0 or None")
         if self.backoff < 0 or self.max_backoff < 0 or self.max_retry_after < 0:
             raise ValueError("backoff times must be >= 0")
-        if not self.deadline >= 0:
+        if not self.deadline >= 0 or not self.unreached_deadline >= 0:
             raise ValueError("deadline must be >= 0")
 
     def delay(self, retry: int, retry_after: float | None = None) -> float:
@@ -141,11 +169,16 @@ class Attempts(Generic[T]):
     """The tries of one call: decides, after each, between answer, retry and error.
 
     Create it just before the first try: the deadline counts from then.
+    ``base_url`` names the server in messages and warnings; ``reached`` says
+    whether the client has had an answer from it before this call.
     """
 
-    def __init__(self, call: Call[T], policy: RetryPolicy) -> None:
+    def __init__(self, call: Call[T], policy: RetryPolicy, *, base_url: str = "",
+                 reached: bool = True) -> None:
         self.call = call
         self.policy = policy
+        self.base_url = base_url.rstrip("/")
+        self.reached = reached  # some answer came from the server, in this call or before
         self.tries = 0
         self.maybe_applied = False  # an earlier try may have reached the server
         self.gave_up = False  # the final response is a retryable one we stopped retrying
@@ -153,17 +186,32 @@ class Attempts(Generic[T]):
         self.started = policy.clock()
 
     def _label(self) -> str:
-        return f"{self.call.method} {self.call.path}"
+        return f"{self.call.method} {self.base_url}{self.call.path}"
 
-    def _next_wait(self, retry_after: float | None = None) -> float | None:
-        """The wait before the next try, or None when the count or the time is spent."""
+    def _limits(self, unreached: bool) -> tuple[int | None, float]:
+        """(retries, deadline) in force: the policy's, or its first-contact ones when tighter."""
         policy = self.policy
-        if policy.retries is not None and self.tries > policy.retries:
+        if not unreached:
+            return policy.retries, policy.deadline
+        retries = policy.unreached_retries
+        if policy.retries is not None:
+            retries = min(retries, policy.retries)
+        return retries, min(policy.deadline, policy.unreached_deadline)
+
+    def _next_wait(self, retry_after: float | None = None, *, unreached: bool = False) -> float | None:
+        """The wait before the next try, or None when the count or the time is spent."""
+        retries, deadline = self._limits(unreached)
+        if retries is not None and self.tries > retries:
             return None
-        left = policy.deadline - (policy.clock() - self.started)
-        if left <= 0:
+        left = deadline - (self.policy.clock() - self.started)
+        if left <= 1e-6:  # the waits' float sum may fall a hair short of the deadline: that is none left
             return None
-        return min(policy.delay(self.tries - 1, retry_after), left)
+        return min(self.policy.delay(self.tries - 1, retry_after), left)
+
+    def _warn(self, what: str, wait: float, *, unreached: bool = False) -> None:
+        elapsed = self.policy.clock() - self.started
+        log.warning("%s: %s; retry %d in %.1f s (%.1f s since the first try, deadline %.0f s)",
+                    self._label(), what, self.tries, wait, elapsed, self._limits(unreached)[1])
 
     def _gave_up(self) -> str:
         elapsed = self.policy.clock() - self.started
@@ -189,22 +237,28 @@ class Attempts(Generic[T]):
             ) from exc
         if not unsent:
             self.maybe_applied = True
-        wait = self._next_wait()
+        unreached = not self.reached and isinstance(exc, UNREACHED_ERRORS)
+        wait = self._next_wait(unreached=unreached)
         if wait is None:
-            raise ConnectionFailed(
-                f"{self._label()}: {detail} ({self._gave_up()})", attempts=self.tries
-            ) from exc
+            why = self._gave_up()
+            if unreached:
+                why += f"; no answer from {self.base_url or 'the server'} yet: is a calibo server running there?"
+            raise ConnectionFailed(f"{self._label()}: {detail} ({why})", attempts=self.tries) from exc
+        self._warn(detail, wait, unreached=unreached)
         return wait
 
     def after_response(self, response: httpx.Response) -> float | None:
         """None when ``response`` is the answer to read; else the wait before the next try."""
         self.tries += 1
+        self.reached = True
         self.answered = self.call.answer_if is not None and self.call.answer_if(response)
         if self.answered:
             return None
-        if response.status_code in RETRY_STATUSES and self.call.safety is Safety.IDEMPOTENT:
+        if (response.status_code in RETRY_STATUSES and self.call.safety is Safety.IDEMPOTENT) \
+                or throttled(response):
             wait = self._next_wait(parse_retry_after(response.headers.get("Retry-After")))
             if wait is not None:
+                self._warn(f"{response.status_code} {response.reason_phrase}".rstrip(), wait)
                 return wait
             self.gave_up = True
         return None

@@ -1,6 +1,7 @@
 """What the sync and async ``optimize`` loops share: the trial budget, stopping,
-results, turning an objective's return value into a tell, and the reporters
-that let an objective report intermediate values and be pruned."""
+results, turning an objective's return value into a tell, the trials and calls
+in flight, and the reporters that let an objective report intermediate values
+and be pruned."""
 
 from __future__ import annotations
 
@@ -137,25 +138,45 @@ def catchable(exc: BaseException, catch: tuple[type[BaseException], ...]) -> boo
     return isinstance(exc, Exception) and bool(catch) and isinstance(exc, catch)
 
 
-def outcome(result: Any) -> tuple[float | list[float] | None, str | None]:
-    """(value, state) to tell for what the objective returned.
+Outcome = tuple[float | list[float] | None, str | None, str | None]
 
-    A finite number is the trial's value; a list or tuple of numbers a multi-objective trial's
-    values. NaN or infinity marks it failed (as Optuna does). Anything that is not a number is the
-    caller's bug: TypeError.
-    """
-    if isinstance(result, list | tuple):
-        values = [outcome(v)[0] for v in result]
-        return (None, "failed") if any(v is None for v in values) else (values, None)
+
+def _number(result: Any) -> float:
     if isinstance(result, bool):
         raise TypeError("the objective returned a bool; it must return a number")
     try:
-        value = float(result)
+        return float(result)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"the objective must return a number, got {result!r}") from exc
+        raise TypeError(f"the objective must return a number, got {_short(result)}") from exc
+
+
+def _short(result: Any) -> str:
+    text = repr(result)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def outcome(result: Any) -> Outcome:
+    """(value, state, fail_reason) to tell for what the objective returned.
+
+    A finite number is the trial's value; a list or tuple of numbers a multi-objective trial's
+    values (whether the study has that many objectives is the server's to say: a 422). NaN or
+    infinity marks it failed (as Optuna does), with the value as the reason. Anything that is
+    not a number is the caller's bug: TypeError.
+    """
+    if isinstance(result, list | tuple):
+        values = [_number(v) for v in result]
+        if all(math.isfinite(v) for v in values):
+            return values, None, None
+        return None, "failed", f"the objective returned {_short(result)}"
+    value = _number(result)
     if not math.isfinite(value):
-        return None, "failed"
-    return value, None
+        return None, "failed", f"the objective returned {value!r}"
+    return value, None, None
+
+
+def failed_attrs(reason: str | None) -> dict[str, Any] | None:
+    """The ``user_attrs`` a failed trial is told with: ``{"fail_reason": reason}``."""
+    return None if reason is None else {"fail_reason": reason}
 
 
 def ends_heartbeats(exc: CaliboError) -> bool:
@@ -211,28 +232,79 @@ class Run:
 
 
 class Running:
-    """The trials being evaluated right now, for the heartbeat loop."""
+    """The trials being evaluated and the asks and tells in flight of one ``optimize``.
+
+    Each trial has one teller. A worker registers the trial it asked (:meth:`add`)
+    and, once its objective is done, takes it back to tell it (:meth:`finish`).
+    When the run is stopped from outside the workers (Ctrl-C, SIGTERM, a cancelled
+    task), :meth:`close` hands the trials still being evaluated to the stopping
+    code, which tells them failed; their workers then find them gone and tell
+    nothing. Asks and tells are counted as calls (:meth:`begin_call`,
+    :meth:`end_call`) so the stopping code can wait for those in flight
+    (:meth:`wait_calls`) before the client closes; none starts after ``close``.
+    Thread-safe.
+    """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
         self._ids: set[int] = set()
         self._quiet: set[int] = set()  # running, but the server takes no heartbeats for them
+        self._calls = 0
+        self.reason: str | None = None  # set by close: why the run stopped
 
-    def add(self, trial_id: int) -> None:
-        with self._lock:
+    def begin_call(self) -> bool:
+        """Count an ask about to be sent; False once closed (send nothing)."""
+        with self._cond:
+            if self.reason is not None:
+                return False
+            self._calls += 1
+            return True
+
+    def end_call(self) -> None:
+        with self._cond:
+            self._calls -= 1
+            self._cond.notify_all()
+
+    def add(self, trial_id: int) -> bool:
+        """Register a trial just asked; False once closed: its asker is to tell it failed."""
+        with self._cond:
+            if self.reason is not None:
+                return False
             self._ids.add(trial_id)
+            return True
 
-    def discard(self, trial_id: int) -> None:
-        with self._lock:
+    def finish(self, trial_id: int) -> bool:
+        """Take a trial back to tell it, counting the tell as a call (end it with
+        :meth:`end_call`); False when :meth:`close` took it (tell nothing)."""
+        with self._cond:
+            if trial_id not in self._ids:
+                return False
             self._ids.discard(trial_id)
             self._quiet.discard(trial_id)
+            self._calls += 1
+            return True
+
+    def close(self, reason: str) -> list[int]:
+        """Stop the run: no call starts after this; the trials being evaluated, to tell failed."""
+        with self._cond:
+            if self.reason is None:
+                self.reason = reason
+            taken = sorted(self._ids)
+            self._ids.clear()
+            self._quiet.clear()
+            return taken
+
+    def wait_calls(self, timeout: float | None = None) -> bool:
+        """Wait until no ask or tell is in flight; False if ``timeout`` passed first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._calls == 0, timeout)
 
     def stop_beating(self, trial_id: int) -> None:
-        with self._lock:
+        with self._cond:
             if trial_id in self._ids:
                 self._quiet.add(trial_id)
 
     def snapshot(self) -> list[int]:
         """The running trials to send a heartbeat for."""
-        with self._lock:
+        with self._cond:
             return sorted(self._ids - self._quiet)

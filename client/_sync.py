@@ -15,6 +15,7 @@ from ._core import Attempts, Call, RetryPolicy, client_options
 from ._endpoints import StudyRef, TrialRef
 from ._optimize import (
     Callback,
+    Outcome,
     Reporter,
     Run,
     Running,
@@ -22,6 +23,7 @@ from ._optimize import (
     catchable,
     check_arguments,
     ends_heartbeats,
+    failed_attrs,
     no_trial_error,
     outcome,
     pruned_outcome,
@@ -29,8 +31,9 @@ from ._optimize import (
     worker_id,
 )
 from ._rows import read_rows
+from ._signals import StopSignals, fail_reason
 from ._study import Study
-from .errors import CaliboError, TrialPruned
+from .errors import CaliboError, InvalidRequest, TrialPruned
 from .models import Trial
 
 __all__ = ["Client"]
@@ -47,7 +50,11 @@ class Client:
     on each try) and is retried on connection errors and on 502/503/504 with
     exponential backoff, honouring ``Retry-After``, until ``retry_deadline``
     seconds have passed since its first try (and, when ``retries`` is given, for
-    at most that many retries). The client is thread-safe.
+    at most that many retries), with a warning on the ``calibo.client`` logger
+    for each retry. Until the client has had an answer from the server, a
+    connection refused or a host not found (a wrong URL, a server not started)
+    raises :class:`~calibo.ConnectionFailed` within about two seconds, naming
+    the URL. The client is thread-safe.
     """
 
     def __init__(
@@ -66,6 +73,7 @@ class Client:
             retries=retries, backoff=backoff, max_backoff=max_backoff, deadline=retry_deadline
         )
         self._http = httpx.Client(transport=transport, **client_options(base_url, token, timeout))
+        self._reached = False  # some answer came from the server: connection errors are an outage
 
     @property
     def base_url(self) -> str:
@@ -73,7 +81,7 @@ class Client:
 
     # ------------------------------------------------------------ plumbing
     def _run(self, call: Call[T]) -> T:
-        attempts = Attempts(call, self._policy)
+        attempts = Attempts(call, self._policy, base_url=self.base_url, reached=self._reached)
         while True:
             try:
                 response = self._http.request(
@@ -86,6 +94,7 @@ class Client:
             except httpx.TransportError as exc:
                 time.sleep(attempts.after_error(exc))
                 continue
+            self._reached = True
             delay = attempts.after_response(response)
             if delay is None:
                 return attempts.finish(response)
@@ -317,6 +326,22 @@ class Client:
         ``callback(trial_view)`` runs after each tell. Worker 0 runs in the
         calling thread. Returns the finished trial views in the order told.
 
+        No trial is left running: every failed trial is told with
+        ``user_attrs={"fail_reason": ...}`` (the exception's type and message,
+        at most 500 characters). A value the server refuses (422: say a tuple in
+        a study with one objective, or a number in a multi-objective one) is
+        told failed with the server's message as the reason, and the
+        :class:`~calibo.InvalidRequest` is raised as any other error. Ctrl-C
+        (KeyboardInterrupt) or SIGTERM stops the run in order: no more asks, the
+        trials whose objectives are still running told failed (``"fail_reason":
+        "KeyboardInterrupt"`` or ``"Terminated: SIGTERM"``) without waiting for
+        them, the asks and tells in flight waited for; then the exception is
+        raised (:class:`~calibo.Terminated`, a ``SystemExit``, for SIGTERM).
+        A signal that comes while the calling thread sends an ask or a tell
+        takes effect once it is answered; a second one at once. Signal handlers
+        are installed only while ``optimize`` runs, only when it runs in the
+        main thread, and the previous ones are put back.
+
         Pruning: an objective with two positional parameters, ``objective(params,
         reporter)``, gets a :class:`~calibo.Reporter` for its trial:
         ``reporter.report(step, value)`` returns the server's ``should_prune``
@@ -344,35 +369,45 @@ class Client:
             )
             pulse.start()
 
-        def work(index: int) -> None:
+        def work(index: int, signals: StopSignals) -> None:
             try:
-                self._work(run, running, study_id, objective, catch, worker_id(index))
+                self._work(run, running, study_id, objective, catch, worker_id(index), signals)
             except BaseException as exc:  # raised by the calling thread
                 run.fail(exc)
 
-        threads = [
-            threading.Thread(target=work, args=(i,), name=f"calibo-worker-{i}")
-            for i in range(1, n_workers)
-        ]
-        try:
-            for thread in threads:
-                thread.start()
+        with StopSignals() as signals:
+            # daemon: after Ctrl-C an objective still running must not keep the process alive
+            threads = [
+                threading.Thread(target=work, args=(i, signals), name=f"calibo-worker-{i}", daemon=True)
+                for i in range(1, n_workers)
+            ]
             try:
-                self._work(run, running, study_id, objective, catch, worker_id(0))
-            except Exception as exc:
-                run.fail(exc)
-            for thread in threads:
-                thread.join()
-        except BaseException:  # KeyboardInterrupt: stop the others, do not wait for them
-            run.stopped.set()
-            raise
-        finally:
-            beating.set()
-            if pulse is not None:
-                pulse.join(timeout=1.0)
+                for thread in threads:
+                    thread.start()
+                try:
+                    self._work(run, running, study_id, objective, catch, worker_id(0), signals)
+                except Exception as exc:
+                    run.fail(exc)
+                for thread in threads:
+                    thread.join()
+            except BaseException as exc:  # Ctrl-C, SIGTERM: stop now, leaving no trial running
+                self._stop(run, running, study_id, fail_reason(exc))
+                raise
+            finally:
+                beating.set()
+                if pulse is not None:
+                    pulse.join(timeout=1.0)
         if run.error is not None:
             raise run.error
         return run.results
+
+    def _stop(self, run: Run, running: Running, study_id: int, reason: str) -> None:
+        """Stop asking, tell failed the trials whose objectives still run (not waiting for them),
+        and wait for the asks and tells in flight."""
+        run.stopped.set()
+        for trial_id in running.close(reason):
+            self._tell_failed_quietly(study_id, trial_id, reason)
+        running.wait_calls()
 
     def _work(
         self,
@@ -382,32 +417,68 @@ class Client:
         objective: Objective,
         catch: tuple[type[BaseException], ...],
         worker: str,
+        signals: StopSignals,
     ) -> None:
         with_reporter = wants_reporter(objective)
         while run.take():
+            with signals.deferred():
+                trial = self._ask_into(running, study_id, worker)
+            if trial is None:
+                return
+            reporter = self._reporter(study_id, trial) if with_reporter else None
+            told: Outcome
+            try:
+                if reporter is None:
+                    result = objective(dict(trial.params))
+                else:
+                    result = objective(dict(trial.params), reporter)
+                told = outcome(result)
+            except TrialPruned:
+                told = (*pruned_outcome(reporter), None)
+            except BaseException as exc:
+                if not catchable(exc, catch):
+                    with signals.deferred():
+                        if running.finish(trial.id):  # else the run was stopped and told it failed
+                            try:
+                                self._tell_failed_quietly(study_id, trial.id, fail_reason(exc))
+                            finally:
+                                running.end_call()
+                    raise
+                told = (None, "failed", fail_reason(exc))
+            with signals.deferred():
+                if not running.finish(trial.id):
+                    return  # the run was stopped and its trials told failed meanwhile
+                try:
+                    view = self._tell_outcome(study_id, trial.id, told)
+                finally:
+                    running.end_call()
+            run.record(view)
+
+    def _ask_into(self, running: Running, study_id: int, worker: str) -> Trial | None:
+        """One new trial, registered in ``running``; None once the run is stopped."""
+        if not running.begin_call():
+            return None
+        try:
             trials = self.ask(study_id, 1, worker)
             if not trials:
                 raise no_trial_error()
             trial = trials[0]
-            running.add(trial.id)
-            reporter = self._reporter(study_id, trial) if with_reporter else None
-            try:
-                try:
-                    if reporter is None:
-                        result = objective(dict(trial.params))
-                    else:
-                        result = objective(dict(trial.params), reporter)
-                    value, state = outcome(result)
-                except TrialPruned:
-                    value, state = pruned_outcome(reporter)
-                except BaseException as exc:
-                    if not catchable(exc, catch):
-                        self._tell_failed_quietly(study_id, trial.id)
-                        raise
-                    value, state = None, "failed"
-            finally:
-                running.discard(trial.id)
-            run.record(self.tell(study_id, trial.id, value, state=state))
+            if running.add(trial.id):
+                return trial
+            self._tell_failed_quietly(study_id, trial.id, running.reason)  # stopped while asking
+            return None
+        finally:
+            running.end_call()
+
+    def _tell_outcome(self, study_id: int, trial_id: int, told: Outcome) -> TrialView:
+        """Tell what the objective came to; a value the server refuses (422) is told failed, then raised."""
+        value, state, reason = told
+        try:
+            return self.tell(study_id, trial_id, value, state=state, user_attrs=failed_attrs(reason))
+        except InvalidRequest as exc:
+            if value is not None:
+                self._tell_failed_quietly(study_id, trial_id, fail_reason(exc))
+            raise
 
     def _reporter(self, study_id: int, trial: Trial) -> Reporter:
         def send(step: int, value: float) -> bool:
@@ -415,10 +486,10 @@ class Client:
 
         return Reporter(trial, send)
 
-    def _tell_failed_quietly(self, study_id: int, trial_id: int) -> None:
+    def _tell_failed_quietly(self, study_id: int, trial_id: int, reason: str | None) -> None:
         """Best effort: the objective's own error is the one to raise."""
         try:
-            self.tell(study_id, trial_id, state="failed")
+            self.tell(study_id, trial_id, state="failed", user_attrs=failed_attrs(reason))
         except CaliboError:
             pass
 

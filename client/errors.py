@@ -22,6 +22,7 @@ __all__ = [
     "InvalidRequest",
     "NotFound",
     "ServerError",
+    "Terminated",
     "TrialPruned",
     "Unauthorized",
     "error_from_response",
@@ -116,6 +117,24 @@ class TrialPruned(Exception):
     ``state="pruned"``, with the last value its reporter sent if any, and goes on
     with the next trial, whatever ``catch`` says.
     """
+
+
+class Terminated(SystemExit):
+    """Raised by ``optimize`` when the process got SIGTERM while it ran (in the main thread).
+
+    ``optimize`` turns SIGTERM into an orderly stop, as it does Ctrl-C: no more
+    asks, every trial still running told ``state="failed"`` with
+    ``{"fail_reason": "Terminated: SIGTERM"}``, the tells in flight waited for;
+    then it raises this. A :class:`SystemExit` (``except Exception`` does not
+    catch it): uncaught, the process exits with status 143 (128 + SIGTERM)
+    and no traceback, as a process ended by SIGTERM does.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(143)
+
+    def __str__(self) -> str:
+        return "SIGTERM"
 
 
 def _class_for(status: int) -> type[CaliboError]:

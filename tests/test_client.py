@@ -395,21 +395,23 @@ def test_deadline_ends_the_retries_at_the_deadline_not_before(
 ) -> None:
     clock = FakeClock()
     monkeypatch.setattr("calibo._sync.time", types.SimpleNamespace(sleep=clock.sleep))
-    handler = Script(outcome)
+    handler = Script(httpx.Response(200, json={"id": 1}), outcome)  # answered once: then an outage
     with sync_client(
         handler, retries=None, retry_deadline=20.0, backoff=1.0, max_backoff=4.0
     ) as calibo:
         on_clock(calibo, clock)
+        calibo.get_study(1)
         with pytest.raises(raised) as info:
             calibo.get_study(1)
     # jittered backoff 0.5-1, 1-2, 2-4, then 2-4 each; the last wait cut to end on the deadline
     assert sum(clock.sleeps) == pytest.approx(20.0)
     assert sum(clock.sleeps[:-1]) < 20.0
     assert all(2.0 <= s <= 4.0 for s in clock.sleeps[2:-1])
-    assert handler.calls == len(clock.sleeps) + 1
-    assert f"gave up after {handler.calls} attempts in 20.0 s" in str(info.value)
+    tries = handler.calls - 1
+    assert tries == len(clock.sleeps) + 1
+    assert f"gave up after {tries} attempts in 20.0 s" in str(info.value)
     if raised is ConnectionFailed:
-        assert info.value.attempts == handler.calls
+        assert info.value.attempts == tries
 
 
 def test_deadline_with_retry_after_and_a_count_limit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -497,13 +499,14 @@ def test_retries_exhausted_on_503_raise_server_error() -> None:
 
 
 def test_retries_exhausted_on_connection_errors_raise_connection_failed() -> None:
-    handler = Script(httpx.ConnectError("refused"))
+    handler = Script(httpx.Response(200, json={"status": "ok"}), httpx.ConnectError("refused"))
     with sync_client(handler, retries=4) as calibo, pytest.raises(ConnectionFailed) as info:
+        calibo.health()  # answered: the refusals that follow are an outage, retried in full
         calibo.health()
-    assert handler.calls == 5
+    assert handler.calls == 6
     err = info.value
     assert (err.status, err.code, err.attempts) == (None, "connection_failed", 5)
-    assert "refused" in str(err)
+    assert "refused" in str(err) and "GET http://calibo.test/healthz" in str(err)
 
 
 def test_500_is_not_retried() -> None:
@@ -758,7 +761,8 @@ def test_optimize_uncaught_exception_tells_failed_stops_and_reraises() -> None:
         study = calibo.create_study("s", SPACE)
         with pytest.raises(KeyError, match="broken objective"):
             calibo.optimize(study, objective, n_trials=50, n_workers=2, catch=(ValueError,))
-    assert {"trial": 3, "state": "failed"} in server.tells
+    reason = {"fail_reason": "KeyError: 'broken objective'"}
+    assert {"trial": 3, "state": "failed", "user_attrs": reason} in server.tells
     assert server.asks < 50  # stopped early
     # every asked trial was told: the other worker finished its current trial
     assert sorted(t["trial"] for t in server.tells) == list(range(1, server.asks + 1))
@@ -770,7 +774,8 @@ def test_optimize_non_numeric_result_is_an_error() -> None:
         study = calibo.create_study("s", SPACE)
         with pytest.raises(TypeError):
             calibo.optimize(study, lambda p: "oops", n_trials=3)  # type: ignore[arg-type,return-value]
-    assert server.tells == [{"trial": 1, "state": "failed"}]
+    reason = "TypeError: the objective must return a number, got 'oops'"
+    assert server.tells == [{"trial": 1, "state": "failed", "user_attrs": {"fail_reason": reason}}]
 
 
 def test_optimize_sends_heartbeats_while_the_objective_runs() -> None:
@@ -1032,7 +1037,8 @@ def test_async_optimize_uncaught_exception_stops_and_reraises() -> None:
             study = await calibo.create_study("s", SPACE)
             with pytest.raises(LookupError, match="broken"):
                 await calibo.optimize(study, objective, n_trials=100, n_workers=3)
-        assert {"trial": 4, "state": "failed"} in server.tells
+        reason = {"fail_reason": "LookupError: broken"}
+        assert {"trial": 4, "state": "failed", "user_attrs": reason} in server.tells
         assert server.asks < 100
         assert sorted(t["trial"] for t in server.tells) == list(range(1, server.asks + 1))
 
@@ -1058,9 +1064,10 @@ def test_async_optimize_cancelled_tells_running_trials_failed() -> None:
             with pytest.raises(asyncio.CancelledError):
                 await task
         assert server.asks == 2
+        cancelled = {"fail_reason": "CancelledError"}
         assert sorted(server.tells, key=lambda t: t["trial"]) == [
-            {"trial": 1, "state": "failed"},
-            {"trial": 2, "state": "failed"},
+            {"trial": 1, "state": "failed", "user_attrs": cancelled},
+            {"trial": 2, "state": "failed", "user_attrs": cancelled},
         ]
 
     asyncio.run(main())
@@ -1077,3 +1084,25 @@ def test_list_studies_walks_every_page_and_filters_by_name() -> None:
     with sync_client(named) as calibo:
         assert calibo.list_studies(name="svc-digits") == [{"id": 7}]
     assert named.requests[0].url.params["name"] == "svc-digits"
+
+
+def test_a_rate_limited_call_waits_retry_after_then_goes_on_even_an_ask() -> None:
+    """A 429 of the per-token limit: nothing was done, so any call (an ask without its key too) is
+    sent again after Retry-After; the failed-authentication throttle's 429 is raised at once."""
+    limited = httpx.Response(429, headers={"Retry-After": "0"},
+                             json={"error": {"code": "too_many_requests", "message": "slow down", "field": None}})
+    handler = Script(limited, limited, httpx.Response(200, json=trial_view(4)))
+    with sync_client(handler) as calibo:
+        assert calibo.tell(1, 4, 2.0)["id"] == 4
+    assert handler.calls == 3
+    asked = {"trials": [{"id": 7, "number": 0, "study_id": 1, "params": {"x": 1.0}, "prediction": None}]}
+    handler = Script(limited, httpx.Response(200, json=asked))
+    with sync_client(handler) as calibo:
+        calibo.ask(1)
+    assert handler.calls == 2
+    blocked = httpx.Response(429, headers={"Retry-After": "60"}, json={"error": {
+        "code": "too_many_requests", "message": "too many failed authentications", "field": "authorization"}})
+    handler = Script(blocked, httpx.Response(200, json=trial_view(4)))
+    with sync_client(handler) as calibo, pytest.raises(CaliboError) as e:
+        calibo.tell(1, 4, 2.0)
+    assert e.value.status == 429 and handler.calls == 1

@@ -1,14 +1,20 @@
-"""The thin client against a live uvicorn server, sync and async."""
+"""The thin client against a live uvicorn server, sync and async; and against real sockets
+where no server listens: a wrong port, and a server that stops after answering."""
 
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
+import logging
+import threading
+import time
 
 import pytest
-from conftest import LiveServer, unique
+from conftest import LiveServer, free_port, unique
 from test_api import BRANIN, FAST, branin
 
-from calibo import AsyncClient, Client, Conflict, InvalidRequest, NotFound
+from calibo import AsyncClient, Client, Conflict, ConnectionFailed, InvalidRequest, NotFound
 
 
 def test_sync_client_round_trip(live_server: LiveServer) -> None:
@@ -160,3 +166,74 @@ def test_multi_objective_study_through_the_client(live_server: LiveServer, tmp_p
             assert [x.values for x in (await s.pareto()).trials] == [[1.0, 2.0]]
 
     asyncio.run(run())
+
+
+# --------------------------------------------------------------------------- honest waits
+def test_a_wrong_port_fails_within_seconds_naming_the_url() -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with Client(url) as c:
+        start = time.monotonic()
+        with pytest.raises(ConnectionFailed) as info:
+            c.health()
+        with pytest.raises(ConnectionFailed) as posted:
+            c.create_study(unique(), BRANIN)
+        elapsed = time.monotonic() - start
+    assert elapsed < 10  # two calls; each used to wait out the 60 s deadline
+    assert info.value.attempts <= 3 and posted.value.attempts <= 3
+    assert f"GET {url}/healthz: ConnectError" in str(info.value)
+    assert f"POST {url}/v1/studies: ConnectError" in str(posted.value)
+    assert f"no answer from {url} yet" in str(info.value)
+
+
+def test_async_a_wrong_port_fails_within_seconds_naming_the_url() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+
+    async def main() -> ConnectionFailed:
+        async with AsyncClient(url) as c:
+            with pytest.raises(ConnectionFailed) as info:
+                await c.ask(1)
+            return info.value
+
+    start = time.monotonic()
+    error = asyncio.run(main())
+    assert time.monotonic() - start < 10
+    assert error.attempts <= 3 and f"POST {url}/v1/studies/1/ask" in str(error)
+
+
+class Healthy(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        body = json.dumps({"status": "ok"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_after_an_answer_an_outage_is_retried_to_the_deadline_with_a_warning_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Healthy)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    with Client(url, retry_deadline=2.0, backoff=0.05) as c:
+        assert c.health() == {"status": "ok"}
+        server.shutdown()
+        server.server_close()  # the port now refuses connections
+        thread.join(10)
+        start = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="calibo.client"), \
+                pytest.raises(ConnectionFailed) as info:
+            c.health()
+        elapsed = time.monotonic() - start
+    assert 1.9 <= elapsed < 30  # the whole deadline, not the quick give-up of a wrong URL
+    warnings = [r.getMessage() for r in caplog.records if r.name == "calibo.client"]
+    assert info.value.attempts >= 4 and len(warnings) == info.value.attempts - 1
+    for n, message in enumerate(warnings, start=1):
+        assert message.startswith(f"GET {url}/healthz: ConnectError")
+        assert f"; retry {n} in " in message
+    assert "gave up after" in str(info.value) and "no answer" not in str(info.value)

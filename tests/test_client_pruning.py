@@ -174,10 +174,11 @@ def test_report_is_retried_like_any_idempotent_call() -> None:
         assert calibo.report(1, 2, 7, 0.125) is True
     assert handler.calls == 4
     assert handler.bodies() == [{"step": 7, "value": 0.125}] * 4
-    down = Script(httpx.ConnectError("refused"))
+    down = Script(httpx.Response(200, json={"should_prune": False}), httpx.ConnectError("refused"))
     with sync_client(down) as calibo, pytest.raises(ConnectionFailed):
+        calibo.report(1, 2, 6, 0.125)  # an answer first: what follows is an outage, not a wrong URL
         calibo.report(1, 2, 7, 0.125)
-    assert down.calls == 4
+    assert down.calls == 5
 
 
 def test_report_answer_without_a_bool_is_an_invalid_response() -> None:
@@ -330,7 +331,7 @@ def test_optimize_trial_pruned_before_any_report_and_whatever_catch_says() -> No
     assert server.tells == [
         {"trial": 1, "value": 1.0},
         {"trial": 2, "state": "pruned"},
-        {"trial": 3, "state": "failed"},
+        {"trial": 3, "state": "failed", "user_attrs": {"fail_reason": "ArithmeticError: diverged"}},
         {"trial": 4, "value": 4.0},
         {"trial": 5, "state": "pruned"},
     ]
@@ -384,7 +385,8 @@ def test_optimize_report_error_in_the_objective_fails_the_trial() -> None:
         results = calibo.optimize(
             study, objective, n_trials=2, catch=(Conflict,), heartbeat_interval=None
         )
-    assert server.tells[0] == {"trial": 1, "state": "failed"}
+    assert server.tells[0]["state"] == "failed"
+    assert server.tells[0]["user_attrs"]["fail_reason"].startswith("Conflict: 409 conflict: ")
     assert [r["state"] for r in results] == ["failed", "failed"]
 
 
@@ -539,7 +541,8 @@ def test_async_blocking_reporter_on_the_loop_thread_raises_instead_of_hanging() 
                 await asyncio.wait_for(
                     calibo.optimize(study, objective, n_trials=1, heartbeat_interval=None), 10
                 )
-        assert server.tells == [{"trial": 1, "state": "failed"}]
+        assert [(t["trial"], t["state"]) for t in server.tells] == [(1, "failed")]
+        assert server.tells[0]["user_attrs"]["fail_reason"].startswith("RuntimeError: a blocking Reporter")
         assert server.reports == []
 
     asyncio.run(main())
