@@ -19,6 +19,7 @@ from calibo.engine.errors import FieldError
 
 from ..errors import ServiceError
 from ..studies.attrs import AttrError
+from .schemas import UNION_TAGS
 
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 408: "timeout", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
@@ -42,6 +43,8 @@ def _field(loc: tuple[Any, ...], kind: str = "") -> str | None:
     """
     parts = [str(p) for p in loc]
     if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:]
+    if parts and parts[0] in UNION_TAGS:  # the shape of a body that takes one of two
         parts = parts[1:]
     if len(parts) >= 3 and parts[0] == "space" and parts[2] in _PARAM_TAGS:
         del parts[2]

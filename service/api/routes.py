@@ -151,7 +151,7 @@ def enqueue(study: StudyRef, body: S.EnqueueRequest, response: Response, svc: Sv
              "(exactly the active ones) and `value`, or `state: failed`; a constrained study's `constraints`; "
              "`user_attrs`. They count in the next fit and in the best trial; they have no prediction, so "
              "they never move the calibration state (origin `added`).")
-def add_trials(study: StudyRef, body: Annotated[S.AddTrialsRequest | S.AddedTrial, Body()], svc: Svc,
+def add_trials(study: StudyRef, body: Annotated[S.AddBody, Body()], svc: Svc,
                by: By = None) -> dict[str, Any]:
     rows = body.trials if isinstance(body, S.AddTrialsRequest) else [body]
     return {"trials": svc.add(_resolve(svc, study, by), [r.model_dump(exclude_none=True) for r in rows])}
@@ -217,7 +217,7 @@ def list_trials(
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
     origin: Annotated[Literal["asked", "enqueued", "added", "copied"] | None, Query(
         description="only trials that came this way (asked: chosen by an ask)")] = None,
-    user_attr: Annotated[list[Annotated[str, Query(pattern=r"^[^:]{1,128}:")]] | None, Query(
+    user_attr: Annotated[list[Annotated[str, Query(pattern=r"^[^:\x00]{1,128}:[^\x00]*$")]] | None, Query(
         max_length=16, description="`key:value`, repeatable: only trials whose string user attribute `key` "
         "is `value`")] = None,
     by: By = None,

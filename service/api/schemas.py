@@ -17,13 +17,17 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
+    Tag,
+    WithJsonSchema,
     create_model,
 )
+from typing_extensions import TypeAliasType
 
 from calibo.engine.acquisition import ACQUISITIONS
 from calibo.engine.adaptive import ADAPTERS
@@ -103,12 +107,25 @@ Choice = (Annotated[StrictStr, Field(max_length=MAX_CHOICE_TEXT, pattern=NO_CONT
           | Real | JsonInt | StrictBool | None)
 
 
+# a map keyed by parameter names: a key the name pattern refuses is refused (the JSON Schema's
+# patternProperties alone would let it through as an additional property)
+CLOSED_KEYS = {"additionalProperties": False}
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-UserAttrs = Annotated[dict[Annotated[str, Field(max_length=MAX_PARAM_NAME)], Any],
-                      Field(max_length=MAX_USER_ATTRS_KEYS,
+# What user attributes may hold, as JSON Schema can say it (``storable_attrs`` checks the rest: at
+# most MAX_DEPTH deep, finite numbers, MAX_USER_ATTRS_BYTES in all, and gives the precise error).
+STORABLE = r"^[^\x00]*$"  # unpaired surrogates are refused too; a JSON Schema regex cannot name them
+AttrText = Annotated[str, WithJsonSchema({"type": "string", "pattern": STORABLE})]
+AttrValue = TypeAliasType(  # type: ignore[misc]
+    "AttrValue", "AttrText | float | int | bool | None | list[AttrValue] "
+    "| Annotated[dict[AttrText, AttrValue], Field(json_schema_extra=CLOSED_KEYS)]")
+UserAttrs = Annotated[dict[Annotated[str, Field(max_length=MAX_PARAM_NAME),
+                                     WithJsonSchema({"type": "string", "maxLength": MAX_PARAM_NAME,
+                                                     "pattern": STORABLE})], AttrValue],
+                      Field(max_length=MAX_USER_ATTRS_KEYS, json_schema_extra=CLOSED_KEYS,
                             description=f"a JSON object of at most {MAX_USER_ATTRS_KEYS} keys and "
                             f"{MAX_USER_ATTRS_BYTES // 1024} KiB as compact JSON, nested at most {MAX_DEPTH} deep, "
                             "finite numbers, strings and keys without NUL or unpaired surrogates: run ids, git "
@@ -301,7 +318,7 @@ def _pruner_name(v: Any) -> Any:
 class StudyCreate(_Request):
     name: Name = Field(examples=["branin-demo"])
     space: dict[ParamName, ParamSpec] = Field(
-        min_length=1, max_length=MAX_PARAMS,
+        min_length=1, max_length=MAX_PARAMS, json_schema_extra=CLOSED_KEYS,
         description=f"1 to {MAX_PARAMS} parameters; at most {MAX_CHOICES} choices each and 2048 encoded "
         "features in all (numeric parameters plus every categorical choice)",
         examples=[BRANIN_SPACE],
@@ -485,7 +502,8 @@ class TellRequest(_Request):
 
 
 class EnqueueRequest(_Request):
-    params: dict[ParamName, Choice] = Field(max_length=MAX_PARAMS, description="all of a configuration's "
+    params: dict[ParamName, Choice] = Field(max_length=MAX_PARAMS, json_schema_extra=CLOSED_KEYS,
+                                            description="all of a configuration's "
                                             "parameters, or some: the others are chosen when an ask hands it out",
                                             examples=[{"C": 10.0, "kernel": "rbf"}])
     skip_if_exists: StrictBool = Field(True, description="answer the existing trial (200) when one already has "
@@ -506,7 +524,8 @@ MAX_ADDED = 1000
 
 
 class AddedTrial(_Request):
-    params: dict[ParamName, Choice] = Field(max_length=MAX_PARAMS, description="exactly the active parameters")
+    params: dict[ParamName, Choice] = Field(max_length=MAX_PARAMS, json_schema_extra=CLOSED_KEYS,
+                                            description="exactly the active parameters")
     value: Real | None = Field(None, description="the objective (a completed trial)")
     values: Objectives | None = Field(None, description="a multi-objective study's objectives (instead of value)")
     state: Literal["complete", "failed"] | None = Field(None, description="complete (default, needs value) or "
@@ -519,6 +538,17 @@ class AddedTrial(_Request):
 class AddTrialsRequest(_Request):
     trials: list[AddedTrial] = Field(min_length=1, max_length=MAX_ADDED,
                                      description=f"1 to {MAX_ADDED} trials, stored all or none")
+
+
+def _add_shape(v: Any) -> str:
+    return "batch" if isinstance(v, dict) and "trials" in v else "single"
+
+
+# one trial or {"trials": [...]}, told apart by the key: a bad field is reported in the shape sent
+# (the union alone reported both shapes' errors, the batch's first)
+AddBody = Annotated[Annotated[AddTrialsRequest, Tag("batch")] | Annotated[AddedTrial, Tag("single")],
+                    Discriminator(_add_shape)]
+UNION_TAGS = frozenset({"batch", "single"})  # not part of a field's name (api.errors)
 
 
 class CopyRequest(_Request):
