@@ -168,3 +168,64 @@ def test_warp_reference_reaches_the_fit(reference: str) -> None:
     assert other["scale"] > 2 * plain["scale"]
     with pytest.raises(ValueError, match="warp_reference"):
         EngineConfig(warp_reference="latest")
+
+
+# ------------------------------------------------------------ extreme values
+EXTREMES = [1e308, -1e308, 1.7976931348623157e308, -1.7976931348623157e308, 5e-324, 1e200]
+
+
+@pytest.mark.parametrize("kind", ["none", *KINDS])
+def test_any_finite_value_warps_to_a_finite_one_in_order(kind: str) -> None:
+    """Values up to +-1.8e308 beside ordinary ones: the warp squashes them first, so every warped
+    value is finite and moderate, their order is kept, and the inverse gives finite values back."""
+    rng = np.random.default_rng(3)
+    y = np.concatenate([rng.normal(size=30), EXTREMES])
+    w = fit_warp(kind, y)
+    assert w.squash is not None and not w.identity
+    z = w.forward(y)
+    assert np.all(np.isfinite(z)) and np.max(np.abs(z)) < 1e4
+    order = np.argsort(y, kind="stable")
+    assert np.all(np.diff(z[order]) >= 0) and np.all(np.diff(z[order][:30]) > 0)
+    back = w.inverse(z)
+    assert np.all(np.isfinite(back)) and np.all(np.diff(back[order]) >= 0)
+    ordinary = np.abs(y) < 1e3
+    np.testing.assert_allclose(back[ordinary], y[ordinary], rtol=1e-9, atol=1e-9)
+    # the warp survives the snapshot's and the prediction's JSON
+    assert Warp.from_dict(w.to_dict()) == w
+    far = w.inverse(np.array([-1e6, -2e3, 0.0, 2e3, 1e6]))
+    assert np.all(np.isfinite(far)) and np.all(np.diff(far) >= 0)
+
+
+@pytest.mark.parametrize("kind", ["none", *KINDS])
+def test_ordinary_values_are_never_squashed(kind: str) -> None:
+    """Heavy tails, plateaus and large but representable scales keep the plain warp and its stored form."""
+    rng = np.random.default_rng(4)
+    for y in (rng.lognormal(0.0, 3.0, 80), 1e100 * rng.normal(size=40), np.r_[np.zeros(30), 1.0, 2.0],
+              np.r_[rng.normal(size=40) * 1e-6, 1e12]):
+        w = fit_warp(kind, y)
+        assert w.squash is None and "squash" not in w.to_dict()
+
+
+@pytest.mark.parametrize("directions", [None, ["minimize", "maximize"]])
+def test_a_study_told_extreme_values_keeps_fitting_and_asking(directions) -> None:
+    """Told +-1e308 among ordinary values (objective, every objective, constraints): each fit
+    succeeds on every schedule (raw, CV+, split), and every prediction is finite JSON."""
+    import json
+
+    from calibo.engine import Optimizer
+
+    space = SearchSpace.from_dict({"x": {"type": "float", "low": 0, "high": 1},
+                                   "y": {"type": "float", "low": 0, "high": 1}})
+    opt = Optimizer(space, seed=1, n_warmup=6, directions=directions, constraints=["c"]) if directions \
+        else Optimizer(space, seed=1, n_warmup=6, constraints=["c"])
+    methods = set()
+    for i in range(56):
+        (s,) = opt.ask(1)
+        big = EXTREMES[i % len(EXTREMES)] if i % 3 == 0 else None
+        v = big if big is not None else s.params["x"] - s.params["y"]
+        value = [v, -v if big is None else big] if directions else v
+        opt.tell(s.params, value, s.prediction, constraints=[big if big is not None else s.params["y"] - 0.5])
+        if s.prediction is not None:
+            json.dumps(s.prediction, allow_nan=False, default=lambda a: a.tolist())
+            methods.add((s.prediction.get("objectives") or [s.prediction])[0]["method"])
+    assert {"cv+", "split"} <= methods

@@ -233,6 +233,8 @@ def uq_keep(mu: Sequence[float], sigma: Sequence[float], delta_sigma: float, rou
     up[2:] = round_budget / (j * (j - 1)) * np.maximum(zeta[1:], 0.0)
     tail = np.concatenate([np.cumsum(up[::-1])[::-1][1:], [0.0]])  # tail[k] = sum_{j > k} up[j]
     gain = p + tail[1:n + 1]
+    if not np.all(np.isfinite(gain)):  # degenerate spreads (ties at a bound): keep them all
+        return n
     best = gain.max()
     return int(np.flatnonzero(gain >= best - 1e-9 * max(1.0, abs(best)))[0]) + 1
 
@@ -288,11 +290,24 @@ def decide(cfg: PrunerConfig, direction: str, trial: int, step: int, curves: Seq
     n = len(numbers)
     keep = max(1, n // cfg.reduction_factor)
     if cfg.name.endswith("+") and n > 1:
-        uq = _uq_keep_at(cfg, sign, rung, [by[k] for k in numbers], mu, rate)
+        # the curves' spreads and the confidence curve are those of the losses scaled by a power of
+        # two that keeps their squares finite (any finite report is valid, up to +-1.8e308): a
+        # location-scale model's probabilities do not depend on the scale
+        scale = _safe_scale([v for k in numbers for v in by[k].values.values()])
+        uq = _uq_keep_at(cfg, sign * scale, rung, [by[k] for k in numbers], mu * scale, rate)
         keep = n if uq is None else uq
     rank = int(np.sum(mu < sign * values[trial])) + sum(
         1 for k, v in zip(numbers, mu, strict=True) if v == sign * values[trial] and k < trial)
     return Decision(rank >= keep, rung=rung, competitors=n, kept=keep)
+
+
+SAFE = 1e150  # losses are scaled below this for the UQ-guided computations (their squares stay finite)
+
+
+def _safe_scale(values: Sequence[float]) -> float:
+    """1.0 for ordinary values; else the power of two (exact) that brings them within +-SAFE."""
+    top = max((abs(v) for v in values), default=0.0)
+    return 1.0 if top <= SAFE else 2.0 ** -math.ceil(math.log2(top / SAFE))
 
 
 def _uq_keep_at(cfg: PrunerConfig, sign: float, rung: int, pool: list[Curve], mu: np.ndarray,
@@ -328,4 +343,15 @@ def _median(cfg: PrunerConfig, sign: float, me: Curve, step: int, curves: Any) -
     if len(others) < max(1, cfg.n_startup_trials):
         return Decision(False)
     best = min(sign * v for s, v in me.values.items() if s <= step)
-    return Decision(bool(best > float(np.median(others))), competitors=len(others))
+    return Decision(bool(best > _median_of(others)), competitors=len(others))
+
+
+def _median_of(v: Sequence[float]) -> float:
+    """``np.median``, whose mean of the two middle values overflows near +-1.8e308: there the halves
+    are added instead (the same number wherever the sum is finite)."""
+    m = float(np.median(v))
+    if np.isfinite(m):
+        return m
+    s = np.sort(np.asarray(v, dtype=float))
+    k = s.size // 2
+    return float(s[k]) if s.size % 2 else float(s[k - 1] / 2.0 + s[k] / 2.0)
