@@ -79,7 +79,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.tasks import TASKS  # noqa: E402
 from calibo.engine import EngineConfig, SearchSpace, adapt, fit, initial_states, select  # noqa: E402
 from calibo.engine import metrics as M  # noqa: E402
-from calibo.engine.conformal import Bounds, beta_of, issued_beta, pair_alphas, pair_interval  # noqa: E402
+from calibo.engine.conformal import Bounds, beta_of, issued_beta, pair_alphas, pair_intervals  # noqa: E402
 from calibo.engine.errors import ConfigError  # noqa: E402
 from calibo.engine.optimizer import warmup_points  # noqa: E402
 from calibo.engine.warp import Warp  # noqa: E402
@@ -239,10 +239,9 @@ class Sets:
         return cls(bounds.packed(row), bounds.weighted, y)
 
     def covered(self, alphas: np.ndarray) -> list[bool]:
-        """Whether the shown interval (clamped ends, as a study records it) at ``alphas`` holds ``y``."""
-        pk, y = self.points, self.y
-        return [lo <= y <= hi for lo, hi in (pair_interval(pk[0, j], pk[1, j], float(a), self.weighted)
-                                             for j, a in enumerate(alphas))]
+        """Whether the shown interval (clamped ends, nested, as a study records it) at ``alphas`` holds ``y``."""
+        lows, highs = pair_intervals(self.points, alphas, self.weighted)
+        return [bool(lo <= self.y <= hi) for lo, hi in zip(lows, highs, strict=True)]
 
 
 @dataclass
@@ -354,6 +353,8 @@ def replay(run: CrowdRun, key: str, adapter: str, feedback: str) -> tuple[np.nda
             alpha_at[t] = np.array([s.alpha for s in states])
         elif feedback == "current":
             states = [s.update(b) for s, b in zip(states, sets.betas, strict=True)]
+        elif adapter == "aci":  # as adapt: the breach of the interval shown at ask
+            states = [s.missed(not c) for s, c in zip(states, sets.covered(alpha_at[t]), strict=True)]
         else:
             states = [s.update(issued_beta(b, s.alpha, a))
                       for s, b, a in zip(states, sets.betas, alpha_at[t], strict=True)]

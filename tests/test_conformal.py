@@ -394,3 +394,45 @@ def test_loo_is_asked_before_fitting_and_falls_back_to_held_out_scores() -> None
     X, y = draw(np.random.default_rng(4), 60)
     cf = conformalize(lambda: make_surrogate("qgbm", LEVELS, 0), X, y, "split", 3, refit=True, split_scores="loo")
     assert cf.scores.shape[0] == 15  # a quarter held out
+
+
+# ------------------------------------------------------------- nested intervals
+def test_nesting_moves_crossed_ends_least_and_keeps_ordered_ones() -> None:
+    from calibo.engine.conformal import nested
+
+    lo, hi = np.array([-3.0, -2.0, -1.0]), np.array([3.0, 2.0, 1.0])
+    a, b = nested(lo, hi)
+    assert a.tobytes() == lo.tobytes() and b.tobytes() == hi.tobytes()  # bit for bit
+    # the middle pair (a 30% interval, say) wider than the outer one, the inner one off to the side
+    a, b = nested(np.array([-1.0, -2.0, 4.0]), np.array([1.0, 2.5, 4.0]))
+    assert np.all(np.diff(a) >= 0) and np.all(np.diff(b) <= 0) and np.all(a <= b)
+    # the isotonic fit: each run of ends out of order replaced by its mean
+    np.testing.assert_allclose(a, [-1.5, -1.5, 2.875])
+    np.testing.assert_allclose(b, [2.875, 2.875, 2.875])
+
+
+def test_shown_intervals_are_nested_whatever_the_alphas() -> None:
+    """ACI moves each pair's alpha on its own; a prediction's intervals stay nested (the 90% one
+    contains the 70% one, ...) even when the alphas say otherwise, e.g. a 30% interval asked at a
+    smaller alpha than the 10% one."""
+    from dataclasses import replace
+
+    from calibo.engine import EngineConfig, SearchSpace, fit, initial_states, select
+
+    space = SearchSpace.from_dict({"x": {"type": "float", "low": 0, "high": 1}})
+    rng = np.random.default_rng(0)
+    obs = [({"x": float(x)}, float(np.sin(6 * x) + 0.3 * rng.normal())) for x in rng.uniform(size=60)]
+    config = EngineConfig(n_warmup=5)
+    snap = fit(obs, space, config, seed=0)
+    assert snap.method == "split"
+    crossed = 0
+    for trial in range(40):
+        states = initial_states(config, 0)
+        alphas = np.sort(rng.uniform(0.02, 0.98, len(states)))[rng.permutation(len(states))]
+        states = [replace(s, alpha=float(a)) for s, a in zip(states, alphas, strict=True)]
+        (s,) = select(snap, states, space, config, seed=trial, asked=60 + trial, n_observed=60)
+        ivs = s.prediction["intervals"]
+        crossed += any(np.diff([iv["alpha"] for iv in ivs]) < 0)
+        for outer, inner in zip(ivs, ivs[1:], strict=False):
+            assert outer["lower"] <= inner["lower"] <= inner["upper"] <= outer["upper"]
+    assert crossed > 10  # the alphas were out of order in most draws

@@ -47,7 +47,12 @@ class ACIState:
     kind: str = "aci"
 
     def update(self, beta: float) -> ACIState:
-        err = 1.0 if self.alpha >= beta else 0.0
+        return self.missed(self.alpha >= beta)
+
+    def missed(self, miss: bool) -> ACIState:
+        """eq. 19 with the breach of the interval issued (``engine.optimizer.adapt`` passes whether the
+        interval a prediction showed missed the outcome)."""
+        err = 1.0 if miss else 0.0
         return ACIState(self.target, self.alpha + self.gamma * (self.target - err), self.gamma,
                         self.steps + 1)
 

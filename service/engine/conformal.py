@@ -454,6 +454,39 @@ def pair_interval(lower: np.ndarray, upper: np.ndarray, alpha: float, weighted: 
     return (lo, hi) if lo <= hi else ((lo + hi) / 2.0,) * 2
 
 
+def nested(lower: np.ndarray, upper: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs' intervals (widest first) made nested, moved as little as possible.
+
+    ACI/DtACI move each pair's alpha on its own, so a narrower nominal interval can come out
+    wider than a wider one, or stick out of it. Read as quantiles at the levels ``alpha_j / 2``
+    and ``1 - alpha_j / 2``, the ends must not decrease with the level: the ends are replaced by
+    their isotonic regression in that order (pool adjacent violators: each run of ends out of
+    order becomes its mean), the least-squares nearest monotone ends. Ends that were already in
+    order are returned exactly as they were. ``adapt`` feeds ACI the breaches of these shown
+    intervals, so that what is shown is what is calibrated."""
+    p = len(lower)
+    ends = np.concatenate([np.asarray(lower, dtype=float), np.asarray(upper, dtype=float)[::-1]])
+    if np.all(np.diff(ends) >= 0):
+        return ends[:p].copy(), ends[p:][::-1].copy()
+    sums, sizes = [], []
+    for v in ends:  # pool adjacent violators
+        sums.append(float(v))
+        sizes.append(1)
+        while len(sums) > 1 and sums[-2] / sizes[-2] > sums[-1] / sizes[-1]:
+            total, size = sums.pop(), sizes.pop()
+            sums[-1] += total
+            sizes[-1] += size
+    fitted = np.repeat([s / n for s, n in zip(sums, sizes, strict=True)], sizes)
+    return fitted[:p], fitted[p:][::-1]
+
+
+def pair_intervals(points: np.ndarray, alphas: np.ndarray, weighted: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair's shown interval from a prediction's stored point sets ``(2, P, n)`` at ``alphas``:
+    each pair's own conformal set (``pair_interval``), then ``nested``."""
+    ends = [pair_interval(points[0, j], points[1, j], float(a), weighted) for j, a in enumerate(alphas)]
+    return nested(np.array([lo for lo, _ in ends]), np.array([hi for _, hi in ends]))
+
+
 def issued_beta(beta: float, alpha_now: float, alpha_issued: float) -> float:
     """The ``beta`` to update a state with whose alpha moved since the interval was issued.
 

@@ -21,7 +21,7 @@ from threadpoolctl import threadpool_limits
 from . import acquisition as acq
 from . import crowd, multi
 from . import device as devices
-from .adaptive import ADAPTERS, AdaptiveState, new_state, state_from_dict, state_to_dict
+from .adaptive import ADAPTERS, ACIState, AdaptiveState, new_state, state_from_dict, state_to_dict
 from .candidates import candidate_set, local_search
 from .conformal import (
     beta_of,
@@ -30,7 +30,7 @@ from .conformal import (
     issued_beta,
     midpoint_levels,
     pair_alphas,
-    pair_interval,
+    pair_intervals,
     schedule,
 )
 from .errors import ConfigError, FieldError
@@ -699,12 +699,15 @@ def _outcome(bounds, method: str, levels: np.ndarray, row: int, Q: np.ndarray, a
     # (2, P, n): each pair's sorted lower / upper point sets (with FCS weights: engine.shift), for adapt
     pts = None if method == "raw" else bounds.packed(row)
     intervals = []
-    for j, a in enumerate(pair_alphas(levels)):
-        # A pair's interval is its own conformal set at its alpha, the set beta_t (adapt) refers to;
-        # Q is sorted across pairs for the acquisition and mixes pairs whose ends cross.
-        lo, hi = ((Q[row, j], Q[row, L - 1 - j]) if pts is None
-                  else pair_interval(pts[0, j], pts[1, j], float(alphas[j]), bounds.weighted))
-        lo, hi = (float(v) for v in warp.inverse(np.array([lo, hi])))
+    # A pair's interval is its own conformal set at its alpha, the set beta_t (adapt) refers to,
+    # nested with the others' (conformal.nested); Q is sorted across pairs for the acquisition.
+    nominal = pair_alphas(levels)
+    if pts is None:
+        lows, highs = Q[row, : nominal.size], Q[row, L - 1 : L - 1 - nominal.size : -1]
+    else:
+        lows, highs = pair_intervals(pts, alphas[: nominal.size], bounds.weighted)
+    for j, a in enumerate(nominal):
+        lo, hi = (float(v) for v in warp.inverse(np.array([lows[j], highs[j]])))
         if sign < 0:
             lo, hi = -hi, -lo
         intervals.append({"coverage": round(1.0 - float(a), 10), "alpha": float(alphas[j]),
@@ -912,9 +915,12 @@ def adapt(
     """Update every pair's alpha with the observed ``value``; return the calibration record.
 
     Raw (unconformalized) predictions are recorded but do not move alpha: there
-    are no scores to re-weight yet. A state that moved since the ask (late
-    feedback) is updated with the outcome of the interval issued at ask
-    (``conformal.issued_beta``).
+    are no scores to re-weight yet. ACI is updated with the breach of the interval
+    the prediction showed (each pair's own conformal set, nested with the others by
+    ``conformal.nested``), so that the shown intervals are the calibrated ones and a
+    state that moved since the ask (late feedback) reads the interval issued. DtACI's
+    experts are updated with ``beta_t`` of the pair's own set, shifted by the move of
+    its alpha since the ask (``conformal.issued_beta``).
     """
     if prediction is None:
         return list(states), None
@@ -932,7 +938,10 @@ def adapt(
         for j, (s, iv) in enumerate(zip(states, prediction["intervals"], strict=True)):
             beta = beta_of(pts[0, j], pts[1, j], y_int, weighted)
             betas.append(beta)
-            new.append(s.update(issued_beta(beta, s.alpha, iv["alpha"])))  # late feedback: see issued_beta
+            if isinstance(s, ACIState):  # ACI calibrates the interval shown: its own set, nested
+                new.append(s.missed(not covered[j]))
+            else:  # DtACI's experts need beta; late feedback: see issued_beta
+                new.append(s.update(issued_beta(beta, s.alpha, iv["alpha"])))
     record = {
         "method": prediction["method"],
         "coverage": [iv["coverage"] for iv in prediction["intervals"]],
