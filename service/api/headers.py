@@ -19,7 +19,7 @@ Both are plain ASGI (no BaseHTTPMiddleware), like ``api.middleware``:
 
 from __future__ import annotations
 
-from .middleware import ASGIApp, Message, Receive, Scope, Send
+from .asgi import ASGIApp, Message, Receive, Scope, Send
 
 # the page, its script and styles from the server itself; data: for the page's empty favicon
 DASHBOARD_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "

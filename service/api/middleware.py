@@ -27,22 +27,16 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from fastapi import HTTPException
 
 from ..logs import Throttled, one_line, request_id
+from .asgi import ASGIApp, Message, Receive, Scope, Send
 from .errors import error_response
 from .ratelimit import IDENTITY, Throttle, client_address, too_many
 
 log = logging.getLogger("calibo.api")
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 CLOSE = {"Connection": "close"}
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})

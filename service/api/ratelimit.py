@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from limits import RateLimitItem, parse_many
@@ -36,15 +35,10 @@ from limits.errors import ConfigurationError
 from limits.storage import storage_from_string
 
 from ..logs import Throttled, one_line
+from .asgi import ASGIApp, Receive, Scope, Send
 from .errors import error_response
 
 log = logging.getLogger("calibo.api")
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # scope key under which BearerAuth puts the authenticated token's identity (a digest prefix)
 IDENTITY = "calibo.identity"
