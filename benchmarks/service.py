@@ -593,11 +593,23 @@ def _fit_status(view: dict[str, Any]) -> dict[str, Any]:
             "last_error": s["last_error"]}
 
 
+def server_env(args: argparse.Namespace) -> dict[str, str]:
+    """``--server-env KEY=VALUE`` (repeatable): settings of the calibo server, e.g.
+    ``CALIBO_RATE_LIMIT=100000/second`` to time every request through the rate limiter."""
+    out = {}
+    for item in args.server_env:
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("CALIBO_"):
+            sys.exit(f"--server-env {item!r}: expected CALIBO_NAME=value")
+        out[key] = value
+    return out
+
+
 def bench_calibo(backend: str, args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with database(backend, tmp, "calibo") as url, \
             calibo_server(url, Path(args.log_dir) if args.log_dir else tmp, backend,
-                          args.server_workers, tmp / "code") as (base, logfile, pid):
+                          args.server_workers, tmp / "code", server_env(args)) as (base, logfile, pid):
         cb = Calibo(base)
         try:
             ids = {
@@ -1002,6 +1014,8 @@ def main() -> None:
                     help="combine the rows of earlier result files (a later file's row replaces an earlier "
                     "one of the same system, backend and mode) instead of running")
     ap.add_argument("--log-dir", default=None, help="keep the calibo server logs here (default: discarded)")
+    ap.add_argument("--server-env", action="append", default=[], metavar="CALIBO_NAME=VALUE",
+                    help="a setting of the calibo server (repeatable), e.g. CALIBO_RATE_LIMIT=100000/second")
     ap.add_argument("--quick", action="store_true", help="small numbers for a smoke run")
     ap.add_argument("--objectives", type=int, choices=(1, 2), default=1,
                     help="2: calibo's studies have two objectives (calibo only; Optuna's rows are one-objective)")
@@ -1053,7 +1067,7 @@ def main() -> None:
         "clients": args.clients, "load_repeats": args.load_repeats, "objectives": OBJECTIVES, "preload": args.preload, "preload_batch": args.preload_batch,
         "candidates": args.candidates, "server_workers": args.server_workers, "seed": args.seed,
         "quick": args.quick, "cpu_count": os.cpu_count(), "platform": platform.platform(),
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "aims": AIMS,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "aims": AIMS, "server_env": server_env(args),
         "loadavg_at_start": os.getloadavg(),
         "seeds": {"calibo_studies": {"crowd": args.seed, "fresh": args.seed + 1, "load": args.seed + 2},
                   "optuna_preload_rng": args.seed, "optuna_sampler": args.seed,
