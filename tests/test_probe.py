@@ -378,7 +378,7 @@ def test_nul_and_unstorable_text_in_paths_queries_and_names_answer_alike_on_both
         assert p.call("POST", f"/v1/studies/{ref}/ask", {}).status_code == 404
     for attr in ("k:\x00", "\x00:v", "k:a\x00b"):
         r = p.call("GET", f"/v1/studies/{sid}/trials", params={"user_attr": attr})
-        assert r.status_code == 422 and r.json()["error"]["field"] == "user_attr", r.text
+        assert r.status_code == 422 and r.json()["error"]["field"].startswith("user_attr"), r.text
     for q in ("a\x00", "\x00"):
         p.refused(p.call("GET", "/v1/studies", params={"name": q}), "name")
     for body, field in (({"name": "a\x00b", "space": {"x": {"type": "float", "low": 0, "high": 1}}}, "name"),
