@@ -596,8 +596,12 @@ def _fit_status(view: dict[str, Any]) -> dict[str, Any]:
 def server_env(args: argparse.Namespace) -> dict[str, str]:
     """``--server-env KEY=VALUE`` (repeatable): settings of the calibo server, e.g.
     ``CALIBO_RATE_LIMIT=100000/second`` to time every request through the rate limiter."""
+    return parse_server_env(args.server_env)
+
+
+def parse_server_env(items: list[str]) -> dict[str, str]:
     out = {}
-    for item in args.server_env:
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.startswith("CALIBO_"):
             sys.exit(f"--server-env {item!r}: expected CALIBO_NAME=value")
