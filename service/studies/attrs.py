@@ -1,7 +1,7 @@
 """User attributes: free-form JSON a study or trial carries, checked so that what is stored can be read back.
 
-The API validates them in its schemas (``calibo.server.api.schemas.UserAttrs``) and the
-service again where it is called directly; both use ``check_user_attrs``. A value is
+The API validates them once, in its schemas (``calibo.server.api.schemas.UserAttrs`` runs
+``storable_attrs``), before a request reaches the study service. A value is
 accepted only if every backend stores it and gives it back unchanged: strings and keys
 without NUL (PostgreSQL refuses it in text and JSON) or unpaired UTF-16 surrogates (not
 encodable as UTF-8, so no response could carry them), finite numbers (JSON has no NaN
@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import math
 from typing import Any
-
-from ..errors import InvalidRequest
 
 MAX_USER_ATTRS_BYTES = 16_384  # a study's or trial's user_attrs, as compact JSON
 MAX_USER_ATTRS_KEYS = 64  # keys at the top level
@@ -80,13 +78,3 @@ def storable_attrs(attrs: Any) -> dict[str, Any]:
     if size > MAX_USER_ATTRS_BYTES:
         raise AttrError("", f"at most {MAX_USER_ATTRS_BYTES} bytes as JSON (got {size})")
     return attrs
-
-
-def check_user_attrs(attrs: Any, field: str = "user_attrs") -> dict[str, Any] | None:
-    """``storable_attrs`` for the service's callers: None passes, InvalidRequest naming the field."""
-    if attrs is None:
-        return None
-    try:
-        return storable_attrs(attrs)
-    except AttrError as e:
-        raise InvalidRequest(e.reason, field=f"{field}.{e.path}" if e.path else field) from None

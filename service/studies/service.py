@@ -30,7 +30,6 @@ from ..config import Settings
 from ..errors import Conflict, InvalidRequest, NotFound
 from ..storage import Storage, StudyInfo, StudyTx, expired, feasible, now
 from ..workers import FitPool
-from .attrs import check_user_attrs
 from .calibration import calibration_view
 from .definitions import (
     StudyDef,
@@ -151,10 +150,9 @@ class StudyService:
                user_attrs: Any = None, directions: Any = None) -> tuple[StudyInfo, bool]:
         """Create a study, or answer the existing one of the same name and definition (its user
         attributes updated with ``user_attrs``); ``directions``: a multi-objective study."""
-        attrs = check_user_attrs(user_attrs)
         definition = build_definition(name, space, direction, surrogate, acquisition, seed, settings, pruner,
                                       constraints, directions)
-        return self._create(name, definition, attrs)
+        return self._create(name, definition, user_attrs)
 
     def _create(self, name: str, definition: dict[str, Any], attrs: dict[str, Any] | None) -> tuple[StudyInfo, bool]:
         config = EngineConfig.from_dict(definition["config"])
@@ -294,7 +292,6 @@ class StudyService:
         with a key already used on the study answers the trials that key created.
         ``user_attrs`` are set on every trial the ask hands out.
         """
-        user_attrs = check_user_attrs(user_attrs)
         sd = await self._study_async(study_id)
         with self._active(study_id):
             if self._inflight[study_id] == 1:  # maybe a sequential user: see _maybe_wait_for_fit
@@ -474,10 +471,9 @@ class StudyService:
         state = state or "complete"
         value, values = check_outcome(sd, state, value, values)
         constraints = check_constraints(sd, state, constraints)
-        attrs = check_user_attrs(user_attrs)
         with self._active(study_id):
             view, changed, n_complete = await self._writes(
-                study_id, ("tell", (trial_id, value, state, constraints, attrs, values)))
+                study_id, ("tell", (trial_id, value, state, constraints, user_attrs, values)))
         if changed and self.metrics is not None:
             self.metrics.told.labels(state).inc()
         feeds = state == "complete" or (state == "pruned" and value is not None and sd.pruner.feed_pruned)
@@ -571,7 +567,6 @@ class StudyService:
             params = sd.space.validate_partial(params)
         except FieldError as e:
             raise InvalidRequest(e.message, field=f"params.{e.field}" if e.field != "params" else "params") from None
-        attrs = check_user_attrs(user_attrs)
         complete = sd.space.complete(params)
         with self.storage.locked(study_id) as tx:
             if skip_if_exists:
@@ -579,9 +574,9 @@ class StudyService:
                 if same:
                     return _enqueued_view(same[0]), False
             (row,) = tx.add_trials([{"params": params, "ukey": sd.space.key(params).hex() if complete else "",
-                                     "origin": "enqueued", "user_attrs": attrs}], state="waiting")
+                                     "origin": "enqueued", "user_attrs": user_attrs}], state="waiting")
             return {"id": row["id"], "number": row["number"], "params": params, "state": "waiting",
-                    "origin": "enqueued", "user_attrs": attrs or {}}, True
+                    "origin": "enqueued", "user_attrs": user_attrs or {}}, True
 
     def add(self, study_id: int, trials: list[dict[str, Any]], origin: str = "added") -> list[dict[str, Any]]:
         """Record trials evaluated elsewhere (``params`` and ``value``, or ``state: failed``; a
@@ -612,11 +607,10 @@ class StudyService:
         try:
             value, values = check_outcome(sd, state, trial.get("value"), trial.get("values"))
             constraints = check_constraints(sd, state, trial.get("constraints"))
-            attrs = check_user_attrs(trial.get("user_attrs"))
         except InvalidRequest as e:
             raise InvalidRequest(e.message, field=f"{where}.{e.field}") from None
         return {"params": params, "ukey": sd.space.key(params).hex(), "state": state, "value": value,
-                "values": values, "constraints": constraints, "user_attrs": attrs, "origin": trial.get("origin", "added")}
+                "values": values, "constraints": constraints, "user_attrs": trial.get("user_attrs"), "origin": trial.get("origin", "added")}
 
     def copy(self, study_id: int, name: str, user_attrs: dict[str, Any] | None = None) -> tuple[StudyInfo, int]:
         """A new study named ``name`` with the same definition and every finished trial of this one
@@ -625,7 +619,7 @@ class StudyService:
         src = self.storage.get_study(study_id)
         if self.storage.exists(name):
             raise Conflict(f"a study named {name!r} exists", field="name", code="name_conflict")
-        info, _ = self._create(name, src.definition, check_user_attrs(user_attrs))
+        info, _ = self._create(name, src.definition, user_attrs)
         rows = self.storage.finished_trials(study_id)
         specs = [{"params": r.params, "ukey": r.ukey, "state": r.state, "value": r.value, "values": r.values,
                   "constraints": r.constraints, "user_attrs": r.user_attrs, "origin": "copied"} for r in rows]
