@@ -111,11 +111,6 @@ class BearerAuth:
                 found = (role, identity)
         return found
 
-    def role(self, token: str) -> str | None:
-        """The token's role, or None."""
-        found = self.lookup(token)
-        return found[0] if found else None
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         if scope["type"] != "http" or not self.tokens or not any(
