@@ -303,5 +303,5 @@ class AsyncClient:
         ``report(step, value)`` blocks that thread while the report is sent on
         this event loop.
         """
-        return await _tasks.optimize(self, study, objective, n_trials, n_workers, catch, callback=callback,
-                                     heartbeat_interval=heartbeat_interval)
+        return await _tasks.optimize(self, study, objective, n_trials, n_workers, catch, callback,
+                                     heartbeat_interval)

@@ -339,5 +339,4 @@ class Client:
         ``callback`` like any other. An objective that returns normally is told
         its value, whatever the reports answered.
         """
-        return _threads.optimize(self, study, objective, n_trials, n_workers, catch, callback=callback,
-                                 heartbeat_interval=heartbeat_interval)
+        return _threads.optimize(self, study, objective, n_trials, n_workers, catch, callback, heartbeat_interval)

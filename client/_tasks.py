@@ -49,18 +49,10 @@ ObjectiveCall = Callable[[dict[str, Any], Reporter | AsyncReporter | None], Awai
 ReporterFactory = Callable[[Trial], Reporter | AsyncReporter | None]
 
 
-async def optimize(
-    client: AsyncClient,
-    study: StudyRef,
-    objective: Objective,
-    n_trials: int,
-    n_workers: int = 1,
-    catch: tuple[type[BaseException], ...] = (),
-    *,
-    callback: Callback | None = None,
-    heartbeat_interval: float | None = 30.0,
-) -> list[TrialView]:
-    """``AsyncClient.optimize``: see its docstring."""
+async def optimize(client: AsyncClient, study: StudyRef, objective: Objective, n_trials: int, n_workers: int,
+                   catch: tuple[type[BaseException], ...], callback: Callback | None,
+                   heartbeat_interval: float | None) -> list[TrialView]:
+    """``AsyncClient.optimize`` (its defaults and contract are there)."""
     check_arguments(n_trials, n_workers, heartbeat_interval)
     study_id = api.study_id_of(study)
     catch = tuple(catch)

@@ -38,18 +38,10 @@ if TYPE_CHECKING:
     from ._sync import Client, Objective
 
 
-def optimize(
-    client: Client,
-    study: StudyRef,
-    objective: Objective,
-    n_trials: int,
-    n_workers: int = 1,
-    catch: tuple[type[BaseException], ...] = (),
-    *,
-    callback: Callback | None = None,
-    heartbeat_interval: float | None = 30.0,
-) -> list[TrialView]:
-    """``Client.optimize``: see its docstring."""
+def optimize(client: Client, study: StudyRef, objective: Objective, n_trials: int, n_workers: int,
+             catch: tuple[type[BaseException], ...], callback: Callback | None,
+             heartbeat_interval: float | None) -> list[TrialView]:
+    """``Client.optimize`` (its defaults and contract are there)."""
     check_arguments(n_trials, n_workers, heartbeat_interval)
     study_id = api.study_id_of(study)
     catch = tuple(catch)
