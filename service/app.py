@@ -28,6 +28,7 @@ from .logs import Throttled, one_line
 from .metrics import Metrics
 from .storage import Storage
 from .studies import StudyService
+from .studies.calibration import objective_records
 from .studies.reaper import reap_once
 from .workers import FitPool
 
@@ -103,7 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         fits = await anyio.to_thread.run_sync(_fits, settings, storage, metrics)
         app.state.storage = storage
         app.state.fits = fits
-        metrics.watch(storage, fits.depth)
+        metrics.watch(storage, fits.depth, objective_records)
         app.state.studies = StudyService(settings, storage, fits, metrics)
         app.state.readiness = Readiness(storage)
         lagging = await anyio.to_thread.run_sync(storage.studies_needing_fit)

@@ -29,7 +29,6 @@ from prometheus_client.registry import Collector
 
 from .errors import Unavailable
 from .storage import Storage
-from .studies.calibration import objective_records
 
 disable_created_metrics()  # no *_created series: half the text, nothing a dashboard reads
 
@@ -37,6 +36,8 @@ RECENT = 100  # predicted trials the per-study coverage and breach-rate gauges l
 MAX_STUDIES = 200  # studies with per-study gauges (the newest); the rest are summed in totals only
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 FIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+# a trial's calibration record -> its record per objective (one, unless the study has several)
+PerObjective = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
 
 class Metrics:
@@ -55,9 +56,11 @@ class Metrics:
                               ["device"], buckets=FIT_BUCKETS, registry=r)
         self.fit_failures = Counter("calibo_fit_failures", "fits of this process's pool that raised", registry=r)
 
-    def watch(self, storage: Storage, queue_depth: Callable[[], int], ttl: float = 10.0) -> None:
-        """Add the gauges read at scrape time from ``storage`` and the fit scheduler."""
-        self.registry.register(StudyGauges(storage, queue_depth, ttl))
+    def watch(self, storage: Storage, queue_depth: Callable[[], int], per_objective: PerObjective,
+              ttl: float = 10.0) -> None:
+        """Add the gauges read at scrape time from ``storage`` and the fit scheduler; ``per_objective``
+        splits a trial's calibration record into one per objective (the studies layer knows how)."""
+        self.registry.register(StudyGauges(storage, queue_depth, per_objective, ttl))
 
     def observe_fit(self, result: dict[str, Any]) -> None:
         """A fit job's result (see ``workers.jobs.fit_study``)."""
@@ -71,9 +74,11 @@ class Metrics:
 class StudyGauges(Collector):
     """Gauges of every study (the newest ``MAX_STUDIES``), from the database, cached for ``ttl`` s."""
 
-    def __init__(self, storage: Storage, queue_depth: Callable[[], int], ttl: float) -> None:
+    def __init__(self, storage: Storage, queue_depth: Callable[[], int], per_objective: PerObjective,
+                 ttl: float) -> None:
         self.storage = storage
         self.queue_depth = queue_depth
+        self.per_objective = per_objective
         self.ttl = ttl
         self._lock = threading.Lock()
         self._at = -float("inf")
@@ -119,7 +124,7 @@ class StudyGauges(Collector):
             records = self.storage.recent_records(info.id, RECENT)
             if not records:
                 continue
-            per = [objective_records(r) for r in records]
+            per = [self.per_objective(r) for r in records]
             m = len(per[-1])
             for i in range(m):
                 for target, share in _shares([p[i] for p in per if len(p) > i]):

@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,3 +197,90 @@ def http(server: LiveServer) -> Iterator[httpx.Client]:
 
 def unique(prefix: str = "study") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+# ------------------------------------------------------------------ markers
+# Every test carries ``unit``, ``live`` or ``slow`` (pyproject registers them; `make test-fast` runs
+# ``-m "unit and not slow"``). Assigned here, not in each file:
+#   live: the test uses a live server or a database server: one of LIVE_FIXTURES (directly or through
+#         another fixture), a PostgreSQL parameter, or its file is in LIVE_FILES (files whose own
+#         fixtures or tests start servers, subprocess servers, process pools or a browser);
+#   slow: SLOW_FILES and SLOW_TESTS (long statistical, search or benchmark-like tests: a case over
+#         ~1.5 s, or its cases together over ~4 s, in ``--durations`` of the whole suite with
+#         ``-n 2`` on 2 cores), or the file or test marks itself slow (``pytestmark =
+#         pytest.mark.slow``; tests/test_golden.py does);
+#   unit: every other test (no server, no database server, fast).
+# A test that marks itself keeps its own marker; ``unit`` is added only to a test neither live nor slow.
+LIVE_FIXTURES = {"server", "live_server", "http", "pg_server", "pg_databases"}
+LIVE_FILES = {
+    "test_api.py", "test_auth.py", "test_client_interrupt.py", "test_client_live.py", "test_cluster.py",
+    "test_cold_start.py", "test_concurrency.py", "test_dashboard.py", "test_faults.py", "test_fit_pool.py",
+    "test_http_edge.py", "test_load.py", "test_observability.py", "test_probe.py", "test_rate_limit.py",
+    "test_reliability.py", "test_restart.py", "test_schemathesis.py",
+}
+SLOW_FILES = {
+    "test_calibration_bench.py",  # the calibration benchmark's scoring, on its own rows
+    "test_package.py",  # builds the wheel and installs it into fresh virtual environments
+}
+SLOW_TESTS = {  # file::test, every case of it (or file::test[case], that case only)
+    "test_conditional.py::test_the_engine_searches_a_conditional_space",
+    "test_conformal.py::test_crossval_and_jackknife_after_bootstrap_cover_within_four_points",
+    "test_conformal.py::test_cv_plus_covers_within_three_points",
+    "test_conformal.py::test_cv_plus_is_valid_for_unstable_tree_models",
+    "test_conformal.py::test_qgp_normalized_scores_keep_the_posterior_shape_and_cover",
+    "test_conformal.py::test_split_conformal_covers_within_three_points",
+    "test_constraints.py::test_the_best_feasible_is_found_and_suggestions_learn_the_boundary",
+    "test_crowd.py::test_a_crowd_is_reproducible_under_a_seed",
+    "test_crowd.py::test_a_crowd_never_gets_a_running_or_observed_configuration",
+    "test_metrics.py::test_llr_detects_breaches_that_depend_on_params",
+    "test_metrics.py::test_summarize_an_optimizer_run",
+    "test_multi_objective.py::test_a_maximised_objective_is_handled_in_its_own_orientation",
+    "test_multi_objective.py::test_constraints_leave_infeasible_points_off_the_front",
+    "test_multi_objective.py::test_per_objective_calibration_after_conformalization",
+    "test_multi_objective.py::test_qgp_normalized_scores_travel_with_a_multi_objective_snapshot",
+    "test_multi_objective.py::test_three_objective_ehvi_prefers_improving_candidates_and_runs_a_study",
+    "test_multi_objective.py::test_three_objectives_use_parego_and_each_objective_is_predicted",
+    "test_multi_objective.py::test_zdt1_hypervolume_beats_the_quasi_random_design",
+    "test_noise_free.py::test_signal_fraction_is_small_amid_noisy_data_and_near_one_far_from_it",
+    "test_optimizer.py::test_beats_random_search_on_branin",
+    "test_optimizer.py::test_maximize_finds_the_maximum",
+    "test_optimizer.py::test_minimizing_f_and_maximizing_minus_f_suggest_the_same",
+    "test_optimizer.py::test_same_seed_same_sequence",
+    "test_optuna_sampler.py::test_constraints_told_with_set_constraint_are_modelled",
+    "test_optuna_sampler.py::test_finds_branin_and_steps_grids",
+    "test_optuna_sampler.py::test_multi_objective_studies_model_each_objective",
+    "test_optuna_sampler.py::test_parallel_jobs_on_rdb_storage",
+    "test_optuna_sampler.py::test_reproducible_with_a_seed",
+    "test_real_tasks.py::test_a_held_out_objective_is_deterministic_and_finite",
+    "test_surrogates_engine.py::test_split_conformal_coverage_through_the_engine",
+    "test_surrogates_lw.py::test_coverage_after_split_conformal_is_nominal",
+    "test_surrogates_mlp.py::test_ensemble_learns_the_signal_and_is_unsure_away_from_data",
+    "test_surrogates_mlp.py::test_seeded_fits_are_reproducible",
+    "test_surrogates_mlp.py::test_split_conformal_coverage_is_nominal",
+    "test_warp.py::test_a_study_told_extreme_values_keeps_fitting_and_asking",
+}
+CATEGORIES = ("unit", "live", "slow")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        own = {m.name for m in item.iter_markers() if m.name in CATEGORIES}
+        path = item.path.name
+        params = getattr(getattr(item, "callspec", None), "params", {}).values()
+        if "live" not in own and (LIVE_FIXTURES & set(getattr(item, "fixturenames", ()))
+                                  or any(isinstance(v, str) and v == "postgresql" for v in params)
+                                  or path in LIVE_FILES):
+            item.add_marker(pytest.mark.live)
+            own.add("live")
+        ids = {f"{path}::{getattr(item, 'originalname', item.name)}", f"{path}::{item.name}"}
+        if "slow" not in own and (path in SLOW_FILES or ids & SLOW_TESTS):
+            item.add_marker(pytest.mark.slow)
+            own.add("slow")
+        if not own:
+            item.add_marker(pytest.mark.unit)
+    modules = {item.path.name: item.module for item in items if getattr(item, "module", None) is not None}
+    stale = sorted(t for t in SLOW_TESTS if t.split("::")[0] in modules
+                   and not hasattr(modules[t.split("::")[0]], t.split("::")[1].split("[")[0]))
+    if stale:  # a renamed slow test would otherwise fall silently into `make test-fast`
+        warnings.warn(pytest.PytestWarning(f"tests/conftest.py SLOW_TESTS names no collected test: {stale}"),
+                      stacklevel=1)

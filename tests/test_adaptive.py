@@ -16,7 +16,7 @@ from calibo.engine.adaptive import (
     state_from_dict,
     state_to_dict,
 )
-from calibo.engine.conformal import beta_from_points, interval_from_points
+from calibo.engine.conformal import beta_of, interval_from_points
 
 TARGET = 0.2  # 80% intervals
 
@@ -31,7 +31,7 @@ def run_stream(kind: str, seed: int, pre: int = 300, post: int = 2000, shift: fl
     breaches = []
     for t in range(pre + post):
         y = rng.normal() * (1.0 if t < pre else shift)
-        beta = beta_from_points(lower, upper, y)
+        beta = beta_of(lower, upper, y)
         breaches.append(state.alpha >= beta)
         if np.isfinite(interval_from_points(lower, upper, state.alpha)).all() and 0 < state.alpha < 1:
             lo, hi = interval_from_points(lower, upper, state.alpha)
@@ -66,7 +66,7 @@ def test_dtaci_recovers_faster_than_slow_aci() -> None:
         br = []
         for t in range(500):
             y = rng.normal() * (1.0 if t < 300 else 2.5)
-            beta = beta_from_points(np.sort(-D), D, y)
+            beta = beta_of(np.sort(-D), D, y)
             br.append(st.alpha >= beta)
             st = st.update(beta)
         slow.append(np.mean(br[300:]))

@@ -12,11 +12,12 @@ from scipy.stats import norm
 
 from calibo.engine.conformal import (
     Bounds,
-    beta_from_points,
+    beta_of,
     check_levels,
     conformalize,
     interval_from_points,
     midpoint_levels,
+    model_scores,
     pair_alphas,
     schedule,
 )
@@ -163,7 +164,7 @@ def test_beta_is_the_largest_alpha_that_still_covers() -> None:
     lower = np.sort(rng.normal(-1, 1, 30))
     upper = np.sort(rng.normal(1, 1, 30))
     for y in rng.normal(0, 2, 200):
-        beta = beta_from_points(lower, upper, y)
+        beta = beta_of(lower, upper, y)
         for a in np.linspace(0.001, 0.999, 97):
             n = len(lower)
             k_lo, k_hi = int(np.floor(a * (n + 1))), int(np.ceil((1 - a) * (n + 1)))
@@ -181,9 +182,9 @@ def test_schedule_and_levels() -> None:
     assert schedule(100, mode="cv+") == "cv+" and schedule(100, mode="raw") == "raw"
     assert schedule(100, mode="jab+") == "jab+" and schedule(100, mode="crossval") == "crossval"
     assert schedule(20, mode="jab+") == "raw"
-    # the adaptive schedule's method below the split: CV+ or the jackknife (early_scores)
-    assert schedule(20, 10, early="loo") == "jackknife" and schedule(49, 10, early="loo") == "jackknife"
-    assert schedule(50, 10, early="loo") == "split" and schedule(9, 10, early="loo") == "raw"
+    assert schedule(20, 10) == "cv+" and schedule(60, 10, 80) == "cv+" and schedule(9, 10) == "raw"
+    with pytest.raises(ValueError):
+        schedule(100, mode="jackknife")
     lv = midpoint_levels(10)
     np.testing.assert_allclose(pair_alphas(lv), [0.1, 0.3, 0.5, 0.7, 0.9])
     for bad in ([0.2, 0.9], [0.1, 0.5, 0.9], [0.6, 0.4], [0.0, 1.0]):
@@ -192,24 +193,30 @@ def test_schedule_and_levels() -> None:
 
 
 def test_split_refit_shows_a_model_of_every_observation_with_the_split_scores() -> None:
+    """A GP's split shows the split model's refit on every observation and keeps the split model's
+    held-out scores (and the split model, ``scored_model``, for ``transport``); a surrogate refitted
+    from scratch would be another model than the one scored, so it shows the split model."""
     rng = np.random.default_rng(11)
     X = rng.random((60, 2))
     y = np.sin(4 * X[:, 0]) + X[:, 1] ** 2  # noise-free: a GP that saw a point predicts it
-    plain = conformalize(lambda: make_surrogate("qgp", LEVELS, 0), X, y, "split", 3)
-    refit = conformalize(lambda: make_surrogate("qgp", LEVELS, 0), X, y, "split", 3, refit=True)
-    np.testing.assert_array_equal(refit.scores, plain.scores)  # held-out scores of the split model
-    np.testing.assert_array_equal(refit.cal_index, plain.cal_index)
-    cal = plain.cal_index
+    refit = conformalize(lambda: make_surrogate("qgp", LEVELS, 0), X, y, "split", 3)
+    split = refit.scored_model
+    cal = refit.cal_index
+    assert split is not None and cal.size == 15
+    np.testing.assert_array_equal(refit.scores, model_scores(split, X[cal], y[cal]))  # the split model's
     median = LEVELS.size // 2
 
-    def error(cf) -> float:
-        q = cf.model.predict_quantiles(X[cal])
+    def error(model) -> float:
+        q = model.predict_quantiles(X[cal])
         return float(np.abs(0.5 * (q[:, median - 1] + q[:, median]) - y[cal]).mean())
 
-    assert error(refit) < 0.1 * error(plain)  # the calibration points are in the refitted model
+    assert error(refit.model) < 0.1 * error(split)  # the calibration points are in the refitted model
     # same hyperparameters: the refit only conditions on the held-out points too
-    np.testing.assert_allclose(refit.model.gp_kernel()["lengthscale"], plain.model.gp_kernel()["lengthscale"],
+    np.testing.assert_allclose(refit.model.gp_kernel()["lengthscale"], split.gp_kernel()["lengthscale"],
                                rtol=0.05)
+    tree = conformalize(lambda: make_surrogate("qgbm", LEVELS, 0), X, y, "split", 3)
+    assert tree.scored_model is None and tree.transport(X) is None
+    np.testing.assert_array_equal(tree.scores, model_scores(tree.model, X[tree.cal_index], y[tree.cal_index]))
 
 
 def test_qgp_normalized_scores_keep_the_posterior_shape_and_cover() -> None:
@@ -225,9 +232,12 @@ def test_qgp_normalized_scores_keep_the_posterior_shape_and_cover() -> None:
         for scores in ("normalized", "cqr"):
             cf = conformalize(lambda r=r, s=scores: make_surrogate("qgp", LEVELS, r, scores=s), X, y, "split", r)
             assert cf.scaled == (scores == "normalized")
-            sd = cf.model.predict_moments(Xt)[1]
-            scale = cf.model.predict_scale(Xt) if cf.scaled else None
-            Q = Bounds("split", cf.model.predict_quantiles(Xt), cf.scores, scale=scale).at(ALPHAS)
+            # quantile scores: the split model's own intervals, one correction for all (the refit's
+            # is carried to it per candidate: ConformalFit.transport)
+            model = cf.model if cf.scaled else cf.scored_model
+            sd = model.predict_moments(Xt)[1]
+            scale = model.predict_scale(Xt) if cf.scaled else None
+            Q = Bounds("split", model.predict_quantiles(Xt), cf.scores, scale=scale).at(ALPHAS)
             width, raw = Q[:, 3] - Q[:, 0], sd * (norm.ppf(LEVELS[3]) - norm.ppf(LEVELS[0]))
             if scores == "normalized":  # sd * (z_0.9 - z_0.1 + 2 q)
                 np.testing.assert_allclose(width / sd, width[0] / sd[0], rtol=1e-6)
@@ -240,47 +250,10 @@ def test_qgp_normalized_scores_keep_the_posterior_shape_and_cover() -> None:
     assert np.all(np.abs(cov - NOMINAL) <= 0.03), cov
 
 
-def test_qgp_leave_one_out_quantiles_are_the_model_refitted_without_each_point() -> None:
-    """The closed form (R&W eq. 5.12) against refitting the same kernel on the other n - 1 points:
-    equal up to the target's standardisation, which the closed form keeps from all n."""
-    rng = np.random.default_rng(5)
-    X, y = draw(rng, 50)
-    model = make_surrogate("qgp", LEVELS, 0).fit(X, y)
-    q, scale = model.loo_quantiles()
-    assert q.shape == (50, LEVELS.size) and scale is None
-    for i in (0, 17, 49):
-        keep = np.arange(50) != i
-        alone = model.fold_clone().fit(X[keep], y[keep]).predict_quantiles(X[i:i + 1])[0]
-        np.testing.assert_allclose(q[i], alone, atol=0.02 * np.std(y))
-    # a family without an exact form answers None (the engine keeps held-out scores)
-    assert make_surrogate("qgbm", LEVELS, 0).fit(X, y).loo_quantiles() is None
-
-
-def test_split_loo_scores_the_shown_model_and_covers_within_three_points() -> None:
-    """``loo``: the shown model is tuned on every observation and every observation is scored by its
-    leave-one-out prediction; the intervals still cover at the nominal (the jackknife's coverage on
-    exchangeable data), and at a point the model has seen the set is not emptied by scores of a
-    model that never saw it."""
-    covs = []
-    for r in range(40):
-        rng = np.random.default_rng(1000 + r)
-        X, y = draw(rng, 160)
-        Xt, yt = draw(rng, 300)
-        cf = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r, refit=True, split_scores="loo")
-        assert cf.method == "split" and cf.scores.shape == (160, LEVELS.size // 2)
-        np.testing.assert_array_equal(cf.cal_index, np.arange(160))
-        Q = Bounds(cf.method, cf.model.predict_quantiles(Xt), cf.scores).at(ALPHAS)
-        covs.append([np.mean((Q[:, 0] <= yt) & (yt <= Q[:, 3])), np.mean((Q[:, 1] <= yt) & (yt <= Q[:, 2]))])
-    cov = np.mean(covs, axis=0)
-    assert np.all(np.abs(cov - NOMINAL) <= 0.03), cov
-    # without refit, loo is not used: the split's held-out scores
-    plain = conformalize(lambda: make_surrogate("qgp", LEVELS, 0), X, y, "split", 3, split_scores="loo")
-    assert plain.scores.shape[0] == 40
-
-
-def _empty_sets(cf, X: np.ndarray, transport: np.ndarray | None) -> np.ndarray:
-    """(n, P) whether each pair's conformal set at ``ALPHAS`` is empty (crossed ends) at rows ``X``."""
-    b = Bounds(cf.method, cf.model.predict_quantiles(X), cf.scores, scale=transport)
+def _empty_sets(model, scores: np.ndarray, X: np.ndarray, transport: np.ndarray | None) -> np.ndarray:
+    """(n, P) whether each pair's split conformal set at ``ALPHAS`` is empty (crossed ends) at rows ``X``
+    (``model``: the shown model, ``scores``: the calibration scores)."""
+    b = Bounds("split", model.predict_quantiles(X), scores, scale=transport)
     out = np.zeros((X.shape[0], b.P), dtype=bool)
     for i in range(X.shape[0]):
         lows, highs = b.points(i)  # each pair's sorted point sets, as a prediction stores them
@@ -291,35 +264,26 @@ def _empty_sets(cf, X: np.ndarray, transport: np.ndarray | None) -> np.ndarray:
 
 
 def test_split_transported_empties_a_set_only_where_the_split_model_does() -> None:
-    """``transported``: the refit's correction scaled by its spread over the split model's. At the
+    """The refit's correction is scaled by its spread over the split model's (``transport``). At the
     held-out points, which the refit has seen (noise-free: it predicts them almost exactly), the
-    plain refit's sets are emptied by the split model's negative scores; transported, a set is
-    empty exactly where the split model's own set is, and far from the data (where the refit
+    split model's negative scores added as they are would empty the refit's sets; transported, a set
+    is empty exactly where the split model's own set is, and far from the data (where the refit
     changed nothing) the correction is the split's."""
     emptied = transported_empty = 0
     for r in range(5):
         rng = np.random.default_rng(r)
         X = rng.random((60, 2))
         y = np.sin(4 * X[:, 0]) + X[:, 1] ** 2
-        plain = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r)
-        refit = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r, refit=True)
-        moved = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r, refit=True,
-                             split_scores="transported")
-        assert refit.transport(X) is None and plain.transport(X) is None  # the default: one correction for all
-        Xc = X[moved.cal_index]
-        own = _empty_sets(plain, Xc, None)
-        carried = _empty_sets(moved, Xc, moved.transport(Xc))
+        cf = conformalize(lambda r=r: make_surrogate("qgp", LEVELS, r), X, y, "split", r)
+        Xc = X[cf.cal_index]
+        own = _empty_sets(cf.scored_model, cf.scores, Xc, None)
+        carried = _empty_sets(cf.model, cf.scores, Xc, cf.transport(Xc))
         np.testing.assert_array_equal(carried, own)  # empty exactly where the split model's own set is
-        emptied += int(_empty_sets(refit, Xc, None).sum())
+        emptied += int(_empty_sets(cf.model, cf.scores, Xc, None).sum())  # the scores not transported
         transported_empty += int(carried.sum())
         far = 2.0 + rng.random((20, 2))
-        assert np.all(np.abs(moved.transport(far) - 1.0) < 0.15)
+        assert np.all(np.abs(cf.transport(far) - 1.0) < 0.15)
     assert emptied >= 3 * max(transported_empty, 1), (emptied, transported_empty)
-
-
-def test_split_transported_covers_within_three_points() -> None:
-    cov = mean_coverage("qgp", "split", 160, 40, refit=True, split_scores="transported")
-    assert np.all(np.abs(cov - NOMINAL) <= 0.03), cov
 
 
 def _study_data(n: int):
@@ -332,68 +296,16 @@ def _study_data(n: int):
     return space, [({"a": float(a), "b": float(b)}, float(np.sin(6 * b) + 2 * a)) for a, b in rng.random((n, 2))]
 
 
-def test_split_scores_setting_is_checked_and_reaches_the_fit() -> None:
+def test_a_split_fit_stores_the_transported_correction() -> None:
     from calibo.engine import EngineConfig, fit
-    from calibo.engine.errors import ConfigError
     from calibo.engine.snapshot import Snapshot
 
-    with pytest.raises(ConfigError, match="split_scores"):
-        EngineConfig(split_scores="jackknife")
     space, obs = _study_data(60)
-    assert EngineConfig().split_scores == "transported"  # the default
-    held = fit(obs, space, EngineConfig(n_candidates=200, split_scores="held-out"), seed=0)
-    loo = fit(obs, space, EngineConfig(n_candidates=200, split_scores="loo"), seed=0)
-    assert held.method == loo.method == "split"
-    assert held.scores.shape[0] == 15 and loo.scores.shape[0] == 60
-    moved = fit(obs, space, EngineConfig(n_candidates=200, split_scores="transported"), seed=0)
-    np.testing.assert_array_equal(moved.scores, held.scores)  # the same held-out scores, carried per candidate
-    assert held.scale is None and moved.scale.shape == (moved.candidates.shape[0],)
+    moved = fit(obs, space, EngineConfig(n_candidates=200), seed=0)
+    assert moved.method == "split" and moved.scores.shape[0] == 15  # a quarter held out
+    assert moved.scale.shape == (moved.candidates.shape[0],)  # carried per candidate
     assert np.all(moved.scale > 0) and moved.scale.min() < 0.9  # the refit is narrower where it saw more
     assert np.array_equal(Snapshot.from_bytes(moved.to_bytes()).scale, moved.scale)  # stored with it
-
-
-def test_early_jackknife_scores_every_observation_and_covers_better_than_raw_on_few() -> None:
-    """``loo`` below the split (``early_scores``): the GP on every observation, each observation
-    scored by its exact leave-one-out prediction. On a dozen observations the raw model's intervals
-    under-cover by 10-15 points; the jackknife's miss by about half as much (its scores come from
-    hyperparameters tuned on the point itself, so it is not CV+'s guarantee; ACI keeps the long run),
-    and by 45 observations it is within 3 points."""
-    X, y = draw(np.random.default_rng(6), 20)
-    cf = conformalize(lambda: make_surrogate("qgp", LEVELS, 0), X, y, "jackknife", 3)
-    assert cf.method == "jackknife" and cf.scores.shape == (20, LEVELS.size // 2) and cf.scored_model is None
-    np.testing.assert_array_equal(cf.cal_index, np.arange(20))
-    few = {m: np.abs(mean_coverage("qgp", m, 12, 60) - NOMINAL) for m in ("jackknife", "raw")}
-    assert np.all(few["raw"] >= 0.1), few
-    assert np.all(few["jackknife"] <= 0.6 * few["raw"]), few
-    assert np.all(np.abs(mean_coverage("qgp", "jackknife", 45, 60) - NOMINAL) <= 0.03)
-    # a family without the closed form keeps CV+
-    tree = conformalize(lambda: make_surrogate("qgbm", LEVELS, 0), X, y, "jackknife", 3)
-    assert tree.method == "cv+" and tree.fold_models is not None
-
-
-def test_early_scores_setting_is_checked_and_reaches_the_fit() -> None:
-    from calibo.engine import EngineConfig, fit
-    from calibo.engine.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="early_scores"):
-        EngineConfig(early_scores="split")
-    space, obs = _study_data(20)
-    cv = fit(obs, space, EngineConfig(n_candidates=200, conformalize_from=10, early_scores="cv+"), seed=0)
-    jk = fit(obs, space, EngineConfig(n_candidates=200, conformalize_from=10, early_scores="loo"), seed=0)
-    assert cv.method == "cv+" and cv.fold_raw is not None
-    assert jk.method == "jackknife" and jk.scores.shape[0] == 20 and jk.fold_raw is None
-
-
-def test_loo_is_asked_before_fitting_and_falls_back_to_held_out_scores() -> None:
-    """``has_loo`` answers before any fit (no full fit is made only to be discarded): the GP on its
-    scikit-learn backend has the closed form, on torch (SGPR beyond exact sizes) it does not, and
-    the split then keeps its held-out scores."""
-    assert make_surrogate("qgp", LEVELS, 0).has_loo(60)
-    assert not make_surrogate("qgp", LEVELS, 0, backend="torch").has_loo(60)
-    assert not make_surrogate("qgbm", LEVELS, 0).has_loo(60)
-    X, y = draw(np.random.default_rng(4), 60)
-    cf = conformalize(lambda: make_surrogate("qgbm", LEVELS, 0), X, y, "split", 3, refit=True, split_scores="loo")
-    assert cf.scores.shape[0] == 15  # a quarter held out
 
 
 # ------------------------------------------------------------- nested intervals
@@ -417,7 +329,8 @@ def test_shown_intervals_are_nested_whatever_the_alphas() -> None:
     smaller alpha than the 10% one."""
     from dataclasses import replace
 
-    from calibo.engine import EngineConfig, SearchSpace, fit, initial_states, select
+    from calibo.engine import EngineConfig, SearchSpace, StudyState, fit, select
+    from calibo.engine.state import initial_states
 
     space = SearchSpace.from_dict({"x": {"type": "float", "low": 0, "high": 1}})
     rng = np.random.default_rng(0)
@@ -430,8 +343,8 @@ def test_shown_intervals_are_nested_whatever_the_alphas() -> None:
         states = initial_states(config, 0)
         alphas = np.sort(rng.uniform(0.02, 0.98, len(states)))[rng.permutation(len(states))]
         states = [replace(s, alpha=float(a)) for s, a in zip(states, alphas, strict=True)]
-        (s,) = select(snap, states, space, config, seed=trial, asked=60 + trial, n_observed=60)
-        ivs = s.prediction["intervals"]
+        (s,) = select(snap, StudyState(trial, states), space, config, asked=60 + trial, n_observed=60)
+        ivs = s.prediction.to_dict()["intervals"]
         crossed += any(np.diff([iv["alpha"] for iv in ivs]) < 0)
         for outer, inner in zip(ivs, ivs[1:], strict=False):
             assert outer["lower"] <= inner["lower"] <= inner["upper"] <= outer["upper"]

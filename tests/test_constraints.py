@@ -47,7 +47,7 @@ def test_the_best_feasible_is_found_and_suggestions_learn_the_boundary() -> None
     # the constraint has its own calibration record and adaptive state
     cons_records = [r["constraints"][0] for r in opt.records if "constraints" in r]
     assert cons_records and all(len(r["covered"]) == 5 for r in cons_records)
-    assert opt.constraint_states[0][0].steps == sum(r["beta"] is not None for r in cons_records)
+    assert opt.state.constraints[0][0].steps == sum(r["beta"] is not None for r in cons_records)
     pred = opt.ask()[0].prediction
     assert 0.0 <= pred["feasibility"] <= 1.0 and len(pred["constraints"]) == 1
     assert "points" in pred["constraints"][0] or pred["constraints"][0]["method"] == "raw"

@@ -66,7 +66,7 @@ def test_requests_coalesce_into_at_most_one_more_fit(storage: Storage) -> None:
 def test_a_failing_fit_is_recorded_and_retried(storage: Storage) -> None:
     CALLS.clear()
     FAILS["left"] = 2
-    info, _ = storage.create_study("f", {}, [])
+    info, _ = storage.create_study("f", {}, {})
     pool = FitPool(storage, "", workers=0, retries=3, backoff=0.01, job=flaky_job)
     try:
         pool.request(info.id)

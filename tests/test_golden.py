@@ -115,8 +115,6 @@ def served(url: str) -> dict[str, list[dict[str, Any]]]:
     """The three sequential studies through the service's REST API (each ask waits for its fit)."""
     import httpx
 
-    from calibo.server.studies.views import public_prediction  # noqa: F401  (the shape clients see)
-
     def run(name: str, space: dict, seed: int, objective, constraint=None, directions=None) -> list[dict[str, Any]]:
         body: dict[str, Any] = {"name": name, "space": space, "seed": seed}
         if directions:

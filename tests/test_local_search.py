@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
-from calibo.engine import EngineConfig, SearchSpace, fit, initial_states, select
+from calibo.engine import EngineConfig, SearchSpace, StudyState, fit, select
 from calibo.engine.candidates import local_search, neighbours
 
 SPACE = SearchSpace.from_dict({
@@ -74,24 +76,26 @@ def test_descent_reaches_the_minimum_of_a_mixed_objective() -> None:
         assert (p["n"], p["k"], p["c"], p["o"]) == (target["n"], target["k"], target["c"], target["o"])
 
 
-def test_fit_adds_the_searched_points_and_select_can_pick_them() -> None:
+def test_fit_adds_the_searched_points_and_select_can_pick_them(monkeypatch: pytest.MonkeyPatch) -> None:
     space = SearchSpace.from_dict({f"x{i}": {"type": "float", "low": 0.0, "high": 1.0} for i in range(4)})
 
     def f(p: dict) -> float:  # a narrow valley the drawn candidates rarely land in
         return float(sum((p[f"x{i}"] - 0.2 - 0.15 * i) ** 2 for i in range(4)) ** 0.5)
 
     obs = [(p, f(p)) for p in space.from_unit(space.sample(30, 5))]
-    cfg = EngineConfig(n_candidates=300, local_search=6)
+    cfg = EngineConfig(n_candidates=300)
     snap = fit(obs, space, cfg, seed=0)
-    plain = fit(obs, space, EngineConfig(n_candidates=300, local_search=0), seed=0)
+    fitting = importlib.import_module("calibo.engine.fit")  # the module (the package's ``fit`` is the function)
+    monkeypatch.setattr(fitting, "_searched", lambda space, *a, **kw: np.empty((0, space.dim)))
+    plain = fit(obs, space, cfg, seed=0)  # the drawn candidates alone
     extra = snap.candidates.shape[0] - plain.candidates.shape[0]
-    assert 1 <= extra <= 6 + 2
+    assert 1 <= extra <= fitting.LOCAL_SEARCH + 2
     np.testing.assert_array_equal(snap.candidates[: plain.candidates.shape[0]], plain.candidates)
-    (pick,) = select(snap, initial_states(cfg), space, cfg, asked=30)
-    (drawn,) = select(plain, initial_states(cfg), space, cfg, asked=30)
+    (pick,) = select(snap, StudyState.initial(cfg, 0), space, cfg, asked=30)
+    (drawn,) = select(plain, StudyState.initial(cfg, 0), space, cfg, asked=30)
     # the searched candidates hold the acquisition's best: the pick is one of them, and it is better
     assert any(space.key(pick.params) == k for k in space.keys(snap.candidates[plain.candidates.shape[0]:]))
-    assert pick.prediction["score"] < drawn.prediction["score"]
+    assert pick.prediction.score < drawn.prediction.score
     assert not set(space.keys(snap.candidates)) & set(space.keys(snap.observed))
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from calibo.engine import Optimizer, multi
-from calibo.engine.optimizer import select
+from calibo.engine.select import select
 
 LEVELS = np.linspace(0.05, 0.95, 10)
 
@@ -190,10 +190,9 @@ def test_select_chooses_what_the_reference_scoring_chooses(seed: int, monkeypatc
     observed = [p for p, _ in opt.observations]
 
     def choose(pending, count):
-        out = select(snap, opt.states, opt.space, opt.config, count=count, direction="minimize", seed=seed,
-                     asked=len(observed), exclude=observed, pending=pending, n_observed=len(observed),
-                     head_states=opt.objective_states)
-        return [(s.params, s.prediction["score"]) for s in out]
+        out = select(snap, opt.state, opt.space, opt.config, count=count, direction="minimize",
+                     asked=len(observed), exclude=observed, pending=pending, n_observed=len(observed))
+        return [(s.params, s.prediction.score) for s in out]
 
     fast = {"idle": choose([], 3)}  # a batch: each choice conditioned on the ones before (the believer)
     crowd = [p for p, _ in fast["idle"]]

@@ -1,5 +1,5 @@
-"""The noise-free acquisition (EngineConfig.noise_free): improvement is scored on the objective's
-own spread, the calibrated quantiles narrowed by the surrogate's signal fraction."""
+"""The noise-free acquisition: improvement is scored on the objective's own spread, the calibrated
+quantiles narrowed by the surrogate's signal fraction."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from calibo.engine import EngineConfig, SearchSpace, fit, initial_states, select
+from calibo.engine import EngineConfig, SearchSpace, StudyState, fit, select
 from calibo.engine.conformal import midpoint_levels
-from calibo.engine.errors import ConfigError
 from calibo.engine.snapshot import Snapshot
+from calibo.engine.state import initial_states
 from calibo.engine.surrogates import make_surrogate
 
 LEVELS = midpoint_levels(10)
@@ -55,7 +55,7 @@ def test_a_noisy_tie_with_the_best_loses_to_a_real_chance_of_improving(acquisiti
 
     def chosen(signal):
         snap = _plateau_snapshot(signal)
-        (s,) = select(snap, initial_states(cfg), SPACE, cfg, count=1, seed=0, asked=40)
+        (s,) = select(snap, StudyState(0, initial_states(cfg)), SPACE, cfg, count=1, asked=40)
         return s.params["x"]
 
     assert chosen(None) == pytest.approx(0.2)  # the observation's spread: the tie looks like a coin flip
@@ -66,12 +66,12 @@ def test_the_prediction_reported_keeps_the_calibrated_spread() -> None:
     """Narrowing is for scoring only: what a suggestion reports (and adapt scores) is the
     calibrated observation quantiles."""
     cfg = EngineConfig(n_warmup=5)
-    plain, = select(_plateau_snapshot(None), initial_states(cfg), SPACE, cfg, count=1, asked=40)
-    narrowed, = select(_plateau_snapshot(np.array([0.5, 0.5])), initial_states(cfg), SPACE, cfg, count=1,
+    plain, = select(_plateau_snapshot(None), StudyState(0, initial_states(cfg)), SPACE, cfg, count=1, asked=40)
+    narrowed, = select(_plateau_snapshot(np.array([0.5, 0.5])), StudyState(0, initial_states(cfg)), SPACE, cfg, count=1,
                        asked=40)
     assert plain.params == narrowed.params == {"x": pytest.approx(0.2)}
-    q = narrowed.prediction["quantiles"]
-    assert q == pytest.approx(plain.prediction["quantiles"])
+    q = narrowed.prediction.to_dict()["quantiles"]
+    assert q == pytest.approx(plain.prediction.to_dict()["quantiles"])
     assert q[-1] - q[0] == pytest.approx(2 * norm.ppf(LEVELS[-1]), rel=1e-5)  # a's full spread, sd 1
 
 
@@ -83,10 +83,3 @@ def test_fit_stores_signal_fractions_that_survive_storage() -> None:
     assert np.all((snap.signal >= 0.01) & (snap.signal <= 1.0))
     back = Snapshot.from_bytes(snap.to_bytes())
     assert np.array_equal(back.signal, snap.signal)
-    assert fit(obs, SPACE, EngineConfig(n_candidates=200, noise_free=False), seed=0).signal is None
-
-
-def test_noise_free_must_be_a_boolean() -> None:
-    with pytest.raises(ConfigError) as e:
-        EngineConfig(noise_free="yes")
-    assert e.value.field == "noise_free"

@@ -61,7 +61,7 @@ def test_state_round_trip_gives_identical_next_ask() -> None:
     for s in pending:  # telling the pending ones adapts both identically
         opt.tell(s.params, branin(s.params))
         twin.tell(s.params, branin(s.params))
-    assert [st.alpha for st in opt.states] == [st.alpha for st in twin.states]
+    assert [st.alpha for st in opt.state.states] == [st.alpha for st in twin.state.states]
     assert opt.ask()[0].params == twin.ask()[0].params
 
 
@@ -95,54 +95,39 @@ def _first_model_based_ask(opt: Optimizer, in_flight: int, trials: int = 30) -> 
     return first
 
 
-def test_with_trials_in_flight_the_warm_up_can_count_launched_trials() -> None:
-    """By default (warmup_observed=1) a crowd of 8 waits for 15 finished trials (22 quasi-random
-    ones launched); with 2/3 it fits first on 10 finished trials, 17 launched; with 0.5 it
-    launches the warm-up's 15 points, and the model takes over once 8 have finished.
-    Sequentially the warm-up is the first 15 observations whatever the share."""
+@pytest.mark.slow  # 60 tells with fits, ~3 s
+def test_with_trials_in_flight_the_warm_up_waits_for_its_finished_trials() -> None:
+    """A crowd of 8 waits for 15 finished trials (22 quasi-random ones launched); sequentially the
+    warm-up is the first 15 observations."""
     space = SearchSpace.from_dict(BRANIN_SPACE)
-    assert _first_model_based_ask(Optimizer(BRANIN_SPACE, seed=3, config=FAST), 8) == 22
-    assert _first_model_based_ask(Optimizer(BRANIN_SPACE, seed=3, config=FAST | {"warmup_observed": 2 / 3}), 8) == 17
-    opt = Optimizer(BRANIN_SPACE, seed=3, config=FAST | {"warmup_observed": 0.5})
-    assert _first_model_based_ask(opt, 8) == 15  # trials 0-14 quasi-random, 15 from the model
-    # the warm-up trials are the study's first 15 Sobol points, none skipped
+    opt = Optimizer(BRANIN_SPACE, seed=3, config=FAST)
+    assert _first_model_based_ask(opt, 8) == 22
+    # the warm-up trials are the study's first Sobol points, none skipped
     launched = [p for p, _ in opt.observations] + [p for p, _ in opt.pending]
-    assert set(space.keys(space.sample(15, 3))) <= set(space.keys(space.to_unit(launched)))
-    for share in (0.5, 2 / 3, 1.0):
-        seq = Optimizer(BRANIN_SPACE, seed=3, config=FAST | {"warmup_observed": share})
-        assert _first_model_based_ask(seq, 1) == 15
+    assert set(space.keys(space.sample(22, 3))) <= set(space.keys(space.to_unit(launched)))
+    assert _first_model_based_ask(Optimizer(BRANIN_SPACE, seed=3, config=FAST), 1) == 15
 
 
-def test_warmed_up_needs_four_observations_and_the_launched_warm_up() -> None:
-    cfg = EngineConfig(n_warmup=15, warmup_observed=0.5)
-    assert not cfg.warmed_up(7, 100) and cfg.warmed_up(8, 7) and not cfg.warmed_up(8, 6)
-    assert cfg.warmed_up(15) and not cfg.warmed_up(14)
-    assert not EngineConfig(n_warmup=15).warmed_up(14, 100)  # the default waits for 15 finished
-    two_thirds = EngineConfig(warmup_observed=2 / 3)  # 10 of the 15 finished, once 15 are launched
-    assert two_thirds.warmup_least == 10 and two_thirds.warmed_up(10, 7) and not two_thirds.warmed_up(9, 100)
-    assert not two_thirds.warmed_up(10, 4) and not two_thirds.warmed_up(14) and two_thirds.warmed_up(15)
-    small = EngineConfig(n_warmup=2, warmup_observed=0.5)  # a fit needs 4 observations, whatever the warm-up
-    assert not small.warmed_up(3, 10) and small.warmed_up(4)
-    for bad in (0.0, -0.5, 1.5):
-        with pytest.raises(ConfigError) as e:
-            EngineConfig(warmup_observed=bad)
-        assert e.value.field == "warmup_observed"
+def test_warmed_up_needs_four_observations_and_the_finished_warm_up() -> None:
+    cfg = EngineConfig(n_warmup=15)
+    assert cfg.warmup_least == 15
+    assert not cfg.warmed_up(14, 100) and cfg.warmed_up(15) and not cfg.warmed_up(14)
+    small = EngineConfig(n_warmup=2)  # a fit needs 4 observations, whatever the warm-up
+    assert small.warmup_least == 4 and not small.warmed_up(3, 10) and small.warmed_up(4)
 
 
-def test_batch_ask_in_radius_mode_is_distinct_diverse_and_unseen() -> None:
-    opt = Optimizer(BRANIN_SPACE, seed=2, config=FAST | {"crowd": "radius", "diversity": 0.05})
+def test_batch_ask_is_distinct_and_unseen() -> None:
+    opt = Optimizer(BRANIN_SPACE, seed=2, config=FAST)
     run(opt, branin, 20)
     batch = opt.ask(8)
     space = SearchSpace.from_dict(BRANIN_SPACE)
-    U = space.to_unit([s.params for s in batch])
-    d = np.linalg.norm(U[:, None] - U[None], axis=-1) / math.sqrt(2)
-    assert len(batch) == 8
-    assert d[np.triu_indices(8, 1)].min() >= 0.05
-    seen = {tuple(p.values()) for p, _ in opt.observations}
-    assert not seen & {tuple(s.params.values()) for s in batch}
-    # the next ask keeps away from the 8 still running
-    nxt = space.to_unit([opt.ask()[0].params])
-    assert np.linalg.norm(U - nxt, axis=1).min() / math.sqrt(2) >= 0.05
+    keys = space.keys(space.to_unit([s.params for s in batch]))
+    assert len(batch) == 8 and len(set(keys)) == 8
+    assert all(s.prediction is not None for s in batch)
+    seen = set(space.keys(space.to_unit([p for p, _ in opt.observations])))
+    assert not seen & set(keys)
+    # the next ask is none of the 8 still running
+    assert space.key(opt.ask()[0].params) not in set(keys)
 
 
 def test_never_resuggests_in_a_small_discrete_space() -> None:
@@ -214,7 +199,7 @@ def test_adaptive_state_moves_once_conformalized() -> None:
     opt = Optimizer(BRANIN_SPACE, seed=5, config=FAST)
     run(opt, branin, 45)
     assert any(r["method"] == "cv+" for r in opt.records)
-    assert any(st.steps > 0 for st in opt.states)
+    assert any(st.steps > 0 for st in opt.state.states)
     assert {r["method"] for r in opt.records} >= {"raw", "cv+"}
 
 
@@ -239,20 +224,21 @@ def test_minimizing_f_and_maximizing_minus_f_suggest_the_same(acquisition: str) 
     lo = Optimizer(MIXED_SPACE, direction="minimize", seed=9, acquisition=acquisition, config=FAST)
     hi = Optimizer(MIXED_SPACE, direction="maximize", seed=9, acquisition=acquisition, config=FAST)
     assert run(lo, mixed, 36) == run(hi, lambda p: -mixed(p), 36)
-    assert [s.alpha for s in lo.states] == [s.alpha for s in hi.states]
+    assert [s.alpha for s in lo.state.states] == [s.alpha for s in hi.state.states]
 
 
 def test_used_up_candidates_fall_back_to_quasi_random_points() -> None:
     """A crowd can outrun the fits: asks keep getting fresh configurations, unpredicted."""
-    from calibo.engine import fit, initial_states, select
+    from calibo.engine import StudyState, fit, select
 
     space = SearchSpace.from_dict(BRANIN_SPACE)
     obs = [(p, branin(p)) for p in space.from_unit(space.sample(20, 0))]
-    cfg = EngineConfig(n_candidates=6, mutation_fraction=0.0, n_warmup=5, local_search=2)
+    cfg = EngineConfig(n_candidates=6, mutation_fraction=0.0, n_warmup=5)
     snap = fit(obs, space, cfg, seed=0)
-    assert 6 < len(snap.candidates) <= 6 + 2 + 2  # the drawn six, and the local search's ends
-    got = select(snap, initial_states(cfg), space, cfg, count=10, asked=20)
-    assert len(got) == 10
-    assert [s.prediction is not None for s in got] == [True] * len(snap.candidates) + [False] * (10 - len(snap.candidates))
+    n = len(snap.candidates)
+    assert 6 < n <= 6 + 6 + 2  # the drawn six, and the local search's ends (from them and the two best)
+    got = select(snap, StudyState.initial(cfg, 0), space, cfg, count=n + 4, asked=20)
+    assert len(got) == n + 4
+    assert [s.prediction is not None for s in got] == [True] * n + [False] * 4
     keys = [space.key(s.params) for s in got]
-    assert len(set(keys)) == 10 and not set(keys) & set(space.keys(snap.observed))
+    assert len(set(keys)) == n + 4 and not set(keys) & set(space.keys(snap.observed))

@@ -91,11 +91,12 @@ def test_calibration_state_replays_what_was_told() -> None:
     study = optuna.create_study(sampler=sampler)
     study.enqueue_trial({"x": 9.0, "y": 1.0})  # not chosen on a prediction: must not adapt
     study.optimize(branin, n_trials=30)
-    (key, (numbers, states, _, _)), = sampler._adapted.items()
+    (key, (numbers, state)), = sampler._adapted.items()
+    states = state.states
     complete = [t.number for t in study.trials if t.state == TrialState.COMPLETE]
     assert numbers == complete[:-1]  # the last ask saw every trial but its own
-    conformal = [t.number for t in study.trials
-                 if (_get(t, "prediction") or {}).get("prediction", {}).get("method", "raw") != "raw"]
+    conformal = [t.number for t in study.trials if _get(t, "prediction") is not None
+                 and _get(t, "prediction")["prediction"]["data"]["method"] != "raw"]
     assert conformal, "no conformalized prediction was made"
     # every pair's state stepped once per conformalized prediction that was told before the last ask
     assert {s.steps for s in states} == {len([n for n in conformal if n in numbers])}
@@ -103,8 +104,8 @@ def test_calibration_state_replays_what_was_told() -> None:
     # the same study read by a fresh sampler (another process, say) rebuilds the same state
     fresh = CaliboSampler(seed=3, n_startup_trials=5, settings=settings)
     space = {"x": optuna.distributions.FloatDistribution(-5, 10), "y": optuna.distributions.FloatDistribution(0, 15)}
-    again, _ = fresh._states(key[:2], _Encoding(space), [t for t in study.trials if t.number in numbers])
-    assert [s.alpha for s in again] == [s.alpha for s in states]
+    again = fresh._states(key[:2], _Encoding(space), [t for t in study.trials if t.number in numbers])
+    assert again == state
     # an enqueued trial whose told configuration differs from the suggestion does not adapt
     fixed = [t for t in study.trials if t.number == 0][0]
     assert _get(fixed, "prediction") is None and fixed.params == {"x": 9.0, "y": 1.0}
@@ -168,13 +169,13 @@ def test_multi_objective_studies_model_each_objective() -> None:
     sobol = optuna.create_study(directions=["minimize", "minimize"], sampler=CaliboSampler(seed=0, n_startup_trials=1000))
     sobol.optimize(two, n_trials=30)
     assert hv(ours) > hv(sobol)
-    pred = _get(ours.trials[-1], "prediction")["prediction"]
+    pred = _get(ours.trials[-1], "prediction")["prediction"]["data"]
     assert pred["acquisition"] == "ehvi" and len(pred["objectives"]) == 2
     three = optuna.create_study(directions=["minimize", "maximize", "minimize"],
                                 sampler=CaliboSampler(seed=0, n_startup_trials=5))
     three.optimize(lambda t: (t.suggest_float("x", 0, 1), t.suggest_float("y", 0, 1), t.params["x"] * t.params["y"]),
                    n_trials=8)
-    assert _get(three.trials[-1], "prediction")["prediction"]["acquisition"] == "parego"
+    assert _get(three.trials[-1], "prediction")["prediction"]["data"]["acquisition"] == "parego"
     with pytest.raises(ValueError, match="reference_point"):
         optuna.create_study(directions=["minimize"] * 3, sampler=CaliboSampler(
             settings={"reference_point": [1.0, 1.0]})).optimize(two, n_trials=1, catch=())
@@ -203,11 +204,12 @@ def test_constraints_told_with_set_constraint_are_modelled() -> None:
     assert preds
     from calibo.optuna._sampler import _get
 
-    last = _get(preds[-1], "prediction")["prediction"]
+    last = _get(preds[-1], "prediction")["prediction"]["data"]
     assert 0.0 <= last["feasibility"] <= 1.0 and len(last["constraints"]) == 1
     feasible = [t for t in study.trials if t.constraints["budget"] <= 0]
     late = [t for t in study.trials[8:]]
     assert sum(t.constraints["budget"] <= 0 for t in late) / len(late) > 0.6
     assert min(t.value for t in feasible) < 1.0
-    (_, (_, _, _, heads)), = sampler._adapted.items()
+    (_, (_, state)), = sampler._adapted.items()
+    heads = state.constraints
     assert len(heads) == 1 and heads[0][0].steps > 0  # the constraint's own calibration state moved

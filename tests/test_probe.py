@@ -265,7 +265,7 @@ def _drive(p: Probe, sid: int, n: int, outcome) -> None:
         p.ok("POST", f"/v1/studies/{sid}/trials/{t['id']}/tell", outcome(i, t["params"]))
 
 
-SCHEDULE = {"n_warmup": 4, "conformalize_from": 8, "split_from": 14, "n_candidates": 200, "local_search": 2}
+SCHEDULE = {"n_warmup": 4, "conformalize_from": 8, "split_from": 14, "n_candidates": 200}
 
 
 def _extreme(i: int) -> float | None:

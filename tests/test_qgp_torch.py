@@ -208,7 +208,8 @@ def test_cuda_sgpr_matches_cpu() -> None:
 
 
 def test_importing_the_engine_does_not_import_torch() -> None:
-    code = ("import sys, calibo.engine, calibo.engine.surrogates, calibo.engine.optimizer; "
+    code = ("import sys, calibo.engine, calibo.engine.surrogates, calibo.engine.optimizer, calibo.engine.fit, "
+            "calibo.engine.select, calibo.engine.state, calibo.engine.study; "
             "print('torch' in sys.modules, 'gpytorch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True, timeout=120)

@@ -96,7 +96,6 @@ def test_an_unexpected_error_answers_500_and_the_connection_stays_usable(srv: Li
     ({"n_levels": 7}, "settings.n_levels"),
     ({"n_candidates": 10**9}, "settings.n_candidates"),
     ({"n_candidates": 1e9}, "settings.n_candidates"),
-    ({"levels": [0.001 * i for i in range(1, 999)]}, "settings.levels"),
     ({"n_warmup": 10_000}, "settings.n_warmup"),
     ({"cv_folds": 1000}, "settings.cv_folds"),
     ({"surrogate_options": {"n_estimators": 10**7}}, "settings.surrogate_options.n_estimators"),

@@ -13,10 +13,11 @@ from calibo.engine import (
     EngineConfig,
     SearchSpace,
     Snapshot,
+    StudyState,
     fit,
-    initial_states,
     select,
 )
+from calibo.engine.state import initial_states
 from calibo.engine.warp import Warp
 
 SPACE = SearchSpace.from_dict({"a": {"type": "float", "low": 0, "high": 1},
@@ -31,7 +32,8 @@ def observations(n: int) -> list:
 def assert_same_predictions(x: list, y: list) -> None:
     """Suggestions' predictions equal, conformal point sets (arrays) included."""
     assert len(x) == len(y)
-    for a, b in zip([s.prediction for s in x], [s.prediction for s in y], strict=True):
+    for a, b in zip([s.prediction and s.prediction.to_dict() for s in x],
+                    [s.prediction and s.prediction.to_dict() for s in y], strict=True):
         assert (a is None) == (b is None)
         if a is not None:
             assert a.keys() == b.keys()
@@ -49,8 +51,8 @@ def test_bytes_round_trip_selects_identically(n: int) -> None:
         a, b = getattr(snap, name), getattr(back, name)
         assert (a is None and b is None) or np.array_equal(a, b), name
     states = initial_states(cfg)
-    x = select(snap, states, SPACE, cfg, count=3, asked=n)
-    y = select(back, states, SPACE, cfg, count=3, asked=n)
+    x = select(snap, StudyState(0, states), SPACE, cfg, count=3, asked=n)
+    y = select(back, StudyState(0, states), SPACE, cfg, count=3, asked=n)
     assert [s.params for s in x] == [s.params for s in y]
     assert_same_predictions(x, y)
     for name in ("n_obs", "best", "surrogate", "fit_seconds", "meta"):
@@ -60,8 +62,8 @@ def test_bytes_round_trip_selects_identically(n: int) -> None:
     moved = [ACIState(s.target, min(0.99, s.alpha * f)) for s, f in zip(states, (0.5, 1.3, 2.0, 0.7, 1.1), strict=True)]
     np.testing.assert_array_equal(snap.bounds.at(np.array([m.alpha for m in moved])),
                                   back.bounds.at(np.array([m.alpha for m in moved])))
-    x = select(snap, moved, SPACE, cfg, count=2, asked=n + 1, seed=5, pending=[x[0].params])
-    y = select(back, moved, SPACE, cfg, count=2, asked=n + 1, seed=5, pending=[y[0].params])
+    x = select(snap, StudyState(5, moved), SPACE, cfg, count=2, asked=n + 1, pending=[x[0].params])
+    y = select(back, StudyState(5, moved), SPACE, cfg, count=2, asked=n + 1, pending=[y[0].params])
     assert [s.params for s in x] == [s.params for s in y]
     assert_same_predictions(x, y)
 
@@ -81,8 +83,8 @@ def test_scaled_surrogate_snapshots_keep_their_spread(conformal: str) -> None:
     states = initial_states(cfg)
     alphas = np.array([0.05, 0.2, 0.4, 0.6, 0.85])
     np.testing.assert_array_equal(snap.bounds.at(alphas), back.bounds.at(alphas))
-    x = select(snap, states, SPACE, cfg, count=3, asked=60)
-    y = select(back, states, SPACE, cfg, count=3, asked=60)
+    x = select(snap, StudyState(0, states), SPACE, cfg, count=3, asked=60)
+    y = select(back, StudyState(0, states), SPACE, cfg, count=3, asked=60)
     assert [s.params for s in x] == [s.params for s in y]
     assert_same_predictions(x, y)
 
@@ -97,8 +99,8 @@ def test_maximize_snapshot_round_trip(acquisition: str) -> None:
     # minimise orientation, on the warped scale the snapshot carries (engine.warp)
     np.testing.assert_allclose(Warp.from_dict(snap.meta["warp"]).inverse(snap.best), -max(v for _, v in obs))
     states = initial_states(cfg)
-    x = select(snap, states, SPACE, cfg, count=2, direction="maximize", asked=40, seed=2)
-    y = select(back, states, SPACE, cfg, count=2, direction="maximize", asked=40, seed=2)
+    x = select(snap, StudyState(2, states), SPACE, cfg, count=2, direction="maximize", asked=40)
+    y = select(back, StudyState(2, states), SPACE, cfg, count=2, direction="maximize", asked=40)
     assert [s.params for s in x] == [s.params for s in y]
     assert_same_predictions(x, y)
 
@@ -116,6 +118,26 @@ def test_hand_built_snapshot_stores_float32_quantiles() -> None:
     np.testing.assert_array_equal(back.observed, snap.observed)
     assert back.scores is None and back.fold_raw is None and back.fold_of is None
     assert back.meta == {"note": "x", "k": [1, 2]} and back.best == -1.25 and back.method == "raw"
+
+
+def test_a_snapshot_stored_with_covariate_shift_weights_loads_unweighted() -> None:
+    """The removed ``shift="fcs"`` setting stored ``cal_weight`` and ``cand_weight`` arrays with a
+    split snapshot: such bytes still load, the weights ignored, and select exactly as the same
+    snapshot stored without them."""
+    rng = np.random.default_rng(2)
+    levels = (np.arange(4) + 0.5) / 4
+    raw = np.sort(rng.normal(size=(6, 4)), axis=1).astype(np.float32)
+    arrays = {"levels": levels, "candidates": SPACE.sample(6, 0), "raw": raw, "observed": SPACE.sample(40, 1),
+              "scores": rng.normal(size=(10, 2))}
+    header = {"format": 1, "n_obs": 40, "method": "split", "best": -1.0}
+    plain = Snapshot.from_bytes(npz(header, **arrays))
+    old = Snapshot.from_bytes(npz(header, **arrays, cal_weight=rng.uniform(0.2, 5.0, 10),
+                                  cand_weight=rng.uniform(0.2, 5.0, 6)))
+    for alphas in ([0.1, 0.3], [0.6, 0.05]):
+        np.testing.assert_array_equal(old.bounds.at(np.array(alphas)), plain.bounds.at(np.array(alphas)))
+    np.testing.assert_array_equal(old.bounds.packed(3), plain.bounds.packed(3))
+    assert old.bounds.packed(3).shape == (2, 2, 10)
+    assert "cal_weight" not in np.load(io.BytesIO(old.to_bytes())).files
 
 
 def test_fit_is_deterministic_and_candidates_unseen() -> None:

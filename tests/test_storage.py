@@ -56,15 +56,15 @@ def test_calibo_migrate_cli(database_url: str) -> None:
 def test_concurrent_creates_of_one_name_make_one_study(storage: Storage) -> None:
     definition = {"space": {"x": 1}}
     with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(lambda _: storage.create_study("same", definition, []), range(8)))
+        results = list(pool.map(lambda _: storage.create_study("same", definition, {}), range(8)))
     assert len({info.id for info, _ in results}) == 1
     assert sum(created for _, created in results) == 1
     with pytest.raises(Conflict):
-        storage.create_study("same", {"space": {"x": 2}}, [])
+        storage.create_study("same", {"space": {"x": 2}}, {})
 
 
 def test_snapshots_only_move_forward_and_old_ones_are_pruned(storage: Storage) -> None:
-    info, _ = storage.create_study("s", {}, [])
+    info, _ = storage.create_study("s", {}, {})
     sid = info.id
     assert storage.save_snapshot(sid, n_obs=10, method="raw", fit_seconds=0.1, data=b"a") == 1
     assert storage.save_snapshot(sid, n_obs=10, method="raw", fit_seconds=0.1, data=b"b") is None
@@ -86,7 +86,7 @@ def test_snapshots_only_move_forward_and_old_ones_are_pruned(storage: Storage) -
 
 def test_locked_transactions_serialise_read_modify_write(storage: Storage) -> None:
     """Many threads increment a counter under the study lock: none is lost."""
-    info, _ = storage.create_study("c", {}, [])
+    info, _ = storage.create_study("c", {}, {})
     n = 40
 
     def bump(_: int) -> None:
@@ -101,7 +101,7 @@ def test_locked_transactions_serialise_read_modify_write(storage: Storage) -> No
 
 
 def test_a_failed_transaction_changes_nothing(storage: Storage) -> None:
-    info, _ = storage.create_study("r", {}, [])
+    info, _ = storage.create_study("r", {}, {})
     with pytest.raises(RuntimeError), storage.locked(info.id) as tx:
         tx.add_trials([{"params": {"x": 1}, "ukey": "00", "worker_id": "w"}])
         raise RuntimeError("boom")
@@ -110,9 +110,9 @@ def test_a_failed_transaction_changes_nothing(storage: Storage) -> None:
 
 
 def test_ids_are_never_reused(storage: Storage) -> None:
-    a, _ = storage.create_study("a", {}, [])
+    a, _ = storage.create_study("a", {}, {})
     storage.delete_study(a.id)
-    b, _ = storage.create_study("b", {}, [])
+    b, _ = storage.create_study("b", {}, {})
     assert b.id > a.id
 
 
@@ -143,8 +143,8 @@ def test_an_existing_database_upgrades_with_its_data(tmp_path) -> None:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "0001")
         conn.exec_driver_sql("INSERT INTO studies (name, definition, created_at, next_number, n_complete, finish_seq,"
-                             " adaptive, snapshot_version, snapshot_n_obs) VALUES ('s', '{}', '2026-01-01', 1, 0, 0,"
-                             " '[]', 0, 0)")
+                             " adaptive, snapshot_version, snapshot_n_obs) VALUES ('s', '{\"seed\": 0}', '2026-01-01',"
+                             " 1, 0, 0, '[]', 0, 0)")
         conn.exec_driver_sql("INSERT INTO trials (study_id, number, state, params, ukey, asked_at) VALUES "
                              "(1, 0, 'running', '{}', 'ab', '2026-01-01')")
     engine.dispose()
@@ -183,21 +183,22 @@ def test_a_database_from_before_the_studies_features_upgrades_and_serves(databas
 
         definition = build_definition("old", space, "minimize", None, None, 3, {"n_warmup": 4}, None)
         import json
+        adaptive = [{"kind": "aci", "target": 0.1, "alpha": 0.1, "gamma": 0.05, "steps": 0}]
         conn.exec_driver_sql(
             "INSERT INTO studies (name, definition, created_at, next_number, n_complete, finish_seq, adaptive, "
             "snapshot_version, snapshot_n_obs) VALUES ('old', %s, '2026-01-01', 2, 1, 1, %s, 0, 0)"
             if database_url.startswith("postgresql") else
             "INSERT INTO studies (name, definition, created_at, next_number, n_complete, finish_seq, adaptive, "
             "snapshot_version, snapshot_n_obs) VALUES ('old', ?, '2026-01-01', 2, 1, 1, ?, 0, 0)",
-            (json.dumps(definition), json.dumps([{"kind": "aci", "target": 0.1, "alpha": 0.1, "gamma": 0.05,
-                                                  "steps": 0}])))
+            (json.dumps(definition), json.dumps(adaptive)))
     old.close()
     st = Storage(database_url)  # upgrade head
     try:
         svc = StudyService(Settings(database_url=database_url), st, None)
         sid = svc.resolve("old")
         info = st.get_study(sid)
-        assert info.definition == definition and info.user_attrs is None and info.head_adaptive is None
+        assert info.definition == definition and info.user_attrs is None
+        assert info.state == {"seed": 3, "states": adaptive, "objectives": [], "constraints": []}
         trials = asyncio.run(svc.ask(sid, 2))
         assert len(trials) == 2
         view, _ = asyncio.run(svc.tell(sid, trials[0]["id"], 0.5))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibo.engine import EngineConfig, SearchSpace, Snapshot, fit, initial_states, select
+from calibo.engine import EngineConfig, SearchSpace, Snapshot, StudyState, fit, select
 from calibo.engine.surrogates import SURROGATES
 from calibo.engine.warp import Warp
 
@@ -69,8 +69,8 @@ def test_snapshot_round_trip_and_seeded_fits(name: str) -> None:
         a, b = getattr(snap, part), getattr(back, part)
         assert (a is None and b is None) or np.array_equal(a, b), part
     assert back.surrogate == name and back.meta["device"] == "cpu"
-    states = initial_states(cfg)
-    x = select(snap, states, SPACE, cfg, count=3, asked=70, seed=1)
-    z = select(back, states, SPACE, cfg, count=3, asked=70, seed=1)
+    state = StudyState.initial(cfg, 1)
+    x = select(snap, state, SPACE, cfg, count=3, asked=70)
+    z = select(back, state, SPACE, cfg, count=3, asked=70)
     assert [s.params for s in x] == [s.params for s in z]
-    assert [s.prediction["intervals"] for s in x] == [s.prediction["intervals"] for s in z]
+    assert [s.prediction.public()["intervals"] for s in x] == [s.prediction.public()["intervals"] for s in z]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibo.engine import EngineConfig, SearchSpace, adapt, fit, initial_states, select
-from calibo.engine.warp import LAMBDA_RANGE, Warp, decluster_weights, fit_warp
+from calibo.engine import EngineConfig, SearchSpace, StudyState, adapt, fit, select
+from calibo.engine.state import initial_states
+from calibo.engine.warp import LAMBDA_RANGE, Warp, fit_warp
 
 KINDS = ["yeo-johnson", "yeo-johnson-tail"]
 
@@ -85,28 +86,29 @@ def test_predictions_come_back_in_user_units_and_adapt_reads_them() -> None:
         data = [(p, sign * v) for p, v in obs]
         snap = fit(data, space, cfg, direction, seed=1)
         assert snap.meta["warp"]["lam"] < 0.6  # the heavy tail is compressed
-        states = initial_states(cfg)
-        (s,) = select(snap, states, space, cfg, direction=direction, asked=60, seed=1)
-        pred = s.prediction
-        q = np.asarray(pred["quantiles"])
+        state = StudyState.initial(cfg, 1)
+        (s,) = select(snap, state, space, cfg, direction=direction, asked=60)
+        pred = s.prediction.outcomes[0]
+        q = np.asarray(pred.quantiles)
         assert np.all(np.diff(q) >= 0)
         value = sign * heavy(s.params)
         # the intervals are in the user's units: the same ones the record checks coverage with
-        new, record = adapt(states, pred, value)
-        for iv, covered, beta, old in zip(pred["intervals"], record["covered"], record["beta"], states, strict=True):
-            assert covered == (iv["lower"] <= value <= iv["upper"])
+        new, record = adapt(state, s.prediction, value)
+        rec = record.outcomes[0]
+        for iv, covered, beta, old in zip(pred.intervals, rec.covered, rec.beta, state.states, strict=True):
+            assert covered == (iv.lower <= value <= iv.upper)
             # beta (read on the warped scale) agrees with the interval shown (in user units)
-            assert covered == (beta >= iv["alpha"] - 1e-9)
-            assert new[0].steps == old.steps + 1
+            assert covered == (beta >= iv.alpha - 1e-9)
+            assert new.states[0].steps == old.steps + 1
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_conformal_coverage_holds_on_a_heavy_tailed_objective(kind: str) -> None:
-    """Split conformal on the warped scale covers held-out outcomes in the user's units (the plain
-    split: the refit of the default over-covers a little, by design; see conformal.conformalize)."""
+    """Split conformal on the warped scale covers held-out outcomes in the user's units (the GP's
+    refit on every observation over-covers a little, by design; see conformal.conformalize)."""
     space = SearchSpace.from_dict({"x": {"type": "float", "low": 0, "high": 1},
                                    "y": {"type": "float", "low": 0, "high": 1}})
-    cfg = EngineConfig(n_candidates=200, conformal="split", split_refit=False, warp=kind)
+    cfg = EngineConfig(n_candidates=200, conformal="split", warp=kind)
     covs = []
     for r in range(12):
         rng = np.random.default_rng(100 + r)
@@ -126,48 +128,9 @@ def test_conformal_coverage_holds_on_a_heavy_tailed_objective(kind: str) -> None
         covs.append([np.mean((Q[:, j] <= y) & (y <= Q[:, L - 1 - j])) for j in range(alphas.size)])
     nominal = 1.0 - np.array([s.target for s in initial_states(cfg)])
     cov = np.mean(covs, axis=0)
-    assert np.all(cov >= nominal - 0.04) and np.all(cov <= nominal + 0.08), cov.round(3)
-
-
-def test_declustering_keeps_the_scale_when_the_search_piles_up_at_its_incumbent() -> None:
-    """A spread sample of a heavy-tailed loss, then about half as many again re-sampled within 1e-4 of the
-    best configuration with values within 1e-5 of each other: plain, the median absolute deviation
-    collapses onto the cluster; declustered (the cluster counts about as one), the scale stays that
-    of the spread sample, and the warmup reference (its first values only) gives it exactly."""
-    rng = np.random.default_rng(3)
-    spread_u = rng.uniform(size=(41, 3))
-    spread_y = 0.68 + rng.lognormal(-3.0, 1.0, 41)
-    best = spread_u[np.argmin(spread_y)]
-    cluster_u = best + rng.uniform(-1e-4, 1e-4, size=(60, 3))
-    cluster_y = spread_y.min() + rng.uniform(0.0, 1e-5, 60)
-    U, y = np.vstack([spread_u, cluster_u]), np.concatenate([spread_y, cluster_y])
-    w = decluster_weights(U)
-    others = np.arange(41) != np.argmin(spread_y)  # the best joins its own cluster
-    assert w[41:].sum() < 2.0 and np.all(w[:41][others] > 0.4)
-    alone = fit_warp("yeo-johnson", spread_y).scale
-    plain = fit_warp("yeo-johnson", y).scale
-    declustered = fit_warp("yeo-johnson", y, w).scale
-    first = fit_warp("yeo-johnson", y, (np.arange(y.size) < 41).astype(float))  # an odd count, as n_warmup
-    assert plain < alone / 20
-    assert alone / 2 < declustered < alone * 2
-    assert first.scale == pytest.approx(alone) and first.loc == pytest.approx(float(np.median(spread_y)))
-    # equal weights are the plain warp exactly
-    assert fit_warp("yeo-johnson", y, np.ones(y.size)) == fit_warp("yeo-johnson", y)
-
-
-@pytest.mark.parametrize("reference", ["warmup", "declustered"])
-def test_warp_reference_reaches_the_fit(reference: str) -> None:
-    space = SearchSpace.from_dict({"x": {"type": "float", "low": 0.0, "high": 1.0},
-                                   "y": {"type": "float", "low": 0.0, "high": 1.0}})
-    rng = np.random.default_rng(0)
-    pts = [{"x": float(a), "y": float(b)} for a, b in rng.uniform(size=(20, 2))]
-    pts += [{"x": pts[0]["x"] + 1e-5 * i, "y": pts[0]["y"]} for i in range(1, 21)]
-    obs = [(p, float(np.exp(3 * p["x"]) + p["y"])) for p in pts]
-    plain = fit(obs, space, EngineConfig(n_candidates=200), seed=0).meta["warp"]
-    other = fit(obs, space, EngineConfig(n_candidates=200, warp_reference=reference), seed=0).meta["warp"]
-    assert other["scale"] > 2 * plain["scale"]
-    with pytest.raises(ValueError, match="warp_reference"):
-        EngineConfig(warp_reference="latest")
+    # the refit's over-coverage reaches 8 points on one pair here (0.782 for 0.7): the warp's part is
+    # that nothing under-covers
+    assert np.all(cov >= nominal - 0.04) and np.all(cov <= nominal + 0.10), cov.round(3)
 
 
 # ------------------------------------------------------------ extreme values

@@ -1,7 +1,8 @@
 """calibo's engine: calibrated quantile surrogates, usable in-process on its own.
 
-No web or SQL code lives here. The three pure steps are ``fit``, ``select`` and
-``adapt``; ``Optimizer`` is the in-process ask/tell home for them.
+No web or SQL code lives here. The three pure steps are ``fit`` (``engine.fit``),
+``select`` (``engine.select``) and ``adapt`` (``StudyState.adapt``, ``engine.state``), on the
+typed objects of ``engine.state``; ``Optimizer`` is the in-process ask/tell home for them.
 """
 
 # ruff: noqa: E402 - the import-name guard comes before the imports it protects
@@ -9,34 +10,32 @@ if __name__ != "calibo.engine":  # service/engine/ installs as calibo.engine onl
     raise ImportError(f"calibo's engine is the package calibo.engine, not {__name__!r}")
 
 from .adaptive import ACIState, DtACIState, new_state
+from .config import EngineConfig
 from .errors import ConfigError, FieldError, ParamError, SpaceError
-from .optimizer import (
-    EngineConfig,
-    Optimizer,
-    Suggestion,
-    adapt,
-    fit,
-    initial_states,
-    select,
-)
+from .fit import fit
+from .optimizer import Optimizer
+from .select import Suggestion, select
 from .snapshot import Snapshot
 from .space import SearchSpace
+from .state import CalibrationRecord, Prediction, StudyState, adapt
 
 __all__ = [
     "ACIState",
+    "CalibrationRecord",
     "ConfigError",
     "DtACIState",
     "EngineConfig",
     "FieldError",
     "Optimizer",
     "ParamError",
+    "Prediction",
     "SearchSpace",
     "Snapshot",
     "SpaceError",
+    "StudyState",
     "Suggestion",
     "adapt",
     "fit",
-    "initial_states",
     "new_state",
     "select",
 ]

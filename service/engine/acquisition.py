@@ -6,7 +6,7 @@ score per candidate where **lower is better**. ``Q`` is (N, L): calibrated
 quantiles at the study's levels, sorted along each row.
 
 * ``ucb``: ACHO's optimistic bound (paper 001, eq. 22; for minimisation the
-  lower end) of one interval pair, by default the widest.
+  lower end) of the widest interval pair.
 * ``ts``: Thompson sampling (paper 002, eq. 12-13): per candidate draw a level
   index uniformly and take that calibrated quantile. With equal-mass levels
   this is discretised inverse-CDF sampling.
@@ -51,7 +51,7 @@ ACQUISITIONS = ("logei", "obs", "ts", "its", "ucb", "ei", "pi", "mean")
 LOG_UTILITY = ("logei",)
 POSITIVE_UTILITY = ("ei", "pi")  # -score >= 0: a crowd's penalty multiplies it
 # an improvement on the best observed value: what the objective (not an observation) could achieve,
-# scored on the noise-free narrowing of the quantiles where the engine has one (optimizer._scored);
+# scored on the noise-free narrowing of the quantiles where the engine has one (scoring.scored);
 # the sampling and bound acquisitions keep the calibrated quantiles their papers specify
 IMPROVEMENT = ("logei", "ei", "pi")
 
@@ -78,8 +78,8 @@ def median(Q: np.ndarray) -> np.ndarray:
     return 0.5 * (Q[:, L // 2 - 1] + Q[:, L // 2])
 
 
-def ucb(Q: np.ndarray, levels: np.ndarray, pair: int = 0) -> np.ndarray:
-    return Q[:, pair]
+def ucb(Q: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    return Q[:, 0]
 
 
 def ts(Q: np.ndarray, levels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -235,7 +235,6 @@ def score(
     *,
     best: float | None,
     rng: np.random.Generator,
-    ucb_pair: int = 0,
 ) -> np.ndarray:
     """Dispatch by name; lower is better."""
     if name == "obs":
@@ -245,7 +244,7 @@ def score(
     if name == "its":
         return its(Q, levels, rng)
     if name == "ucb":
-        return ucb(Q, levels, ucb_pair)
+        return ucb(Q, levels)
     if name == "mean":
         return mean_of(Q, levels)
     if name == "logei":

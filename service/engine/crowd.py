@@ -1,10 +1,10 @@
 """Selection with trials in flight: what the model says about the running points.
 
 A crowd of workers asks while others still train, so ``select`` must choose
-with ``P`` configurations running and their outcomes unknown. Three ways, the
-study setting ``crowd``:
+with ``P`` configurations running and their outcomes unknown. Two ways, by
+surrogate:
 
-* ``believer`` (GP surrogates; the default): condition the predictive spread
+* ``believer`` (GP surrogates): condition the predictive spread
   on the running points. A GP's posterior variance does not depend on the
   values still to come, only on where they will be observed (GP-BUCB,
   Desautels et al. 2014; the kriging believer, Ginsbourger et al. 2010). With
@@ -27,8 +27,8 @@ study setting ``crowd``:
   believer's fantasy: the posterior mean is unchanged by it). Candidates near
   a running point then offer little: the shrink and the radius both come from
   the fitted length scales and the predictions, not from a constant.
-* ``penalize`` (every surrogate): local penalisation (Gonzalez et al., AISTATS
-  2016, eq. 3-5). A running point ``p`` with prediction ``mu(p)``, spread
+* ``penalize`` (every other surrogate: no kernel to condition with): local
+  penalisation (Gonzalez et al., AISTATS 2016, eq. 3-5). A running point ``p`` with prediction ``mu(p)``, spread
   ``s(p)`` excludes, with probability, the ball in which the model's
   Lipschitz constant ``L`` says the minimum cannot lie:
 
@@ -37,8 +37,10 @@ study setting ``crowd``:
   and the (positive) utility of ``x`` is multiplied by ``prod_p phi(x; p)``.
   ``L`` is the largest slope of the model's median between a candidate and its
   nearest neighbour (unit-cube distance), computed by ``fit``.
-* ``radius``: the old fixed exclusion, ``diversity * sqrt(dim)`` around every
-  running and chosen point (kept for comparison).
+
+A fixed exclusion radius around every running point, and penalisation of GP
+surrogates too, were measured against the believer and left the product
+(``docs/benchmarks/crowd.md``).
 
 ``fit`` stores what these need in ``snapshot.meta["crowd"]`` (kernel
 hyperparameters in target units, ``L``); ``select`` pays ``O(N P F)`` for ``P``
@@ -56,7 +58,6 @@ from scipy.special import erfc, ndtri
 
 from .acquisition import median
 
-CROWD_MODES = ("believer", "penalize", "radius")
 SQRT5 = math.sqrt(5.0)
 MAX_COLUMNS = 1024  # kernel columns a snapshot keeps for the selects on it (N floats each)
 
@@ -86,21 +87,22 @@ def lipschitz(cand: np.ndarray, med: np.ndarray) -> float:
     return float(slopes.max())
 
 
-def fit_info(model: Any, cand: np.ndarray, raw: np.ndarray, mode: str,
-             objectives: Sequence[Any] = ()) -> dict[str, Any]:
-    """What ``select`` needs to condition on running points in ``mode``, stored as ``meta["crowd"]``.
+def fit_info(model: Any, cand: np.ndarray, raw: np.ndarray,
+             objective_models: Sequence[Any] = ()) -> dict[str, Any]:
+    """What ``select`` needs to condition on running points, stored as ``meta["crowd"]``.
 
-    The GP kernels cost nothing to keep (``objectives``: the models of a multi-objective study's
-    further objectives, each conditioned with its own kernel); the Lipschitz constant (O(N^2), 50 ms
-    at 2000 candidates) is computed only where penalisation will read it.
+    The GP kernels cost nothing to keep (``objective_models``: the models of a multi-objective
+    study's further objectives, each conditioned with its own kernel); the Lipschitz constant
+    (O(N^2), 50 ms at 2000 candidates) is computed only where penalisation will read it: for a
+    surrogate without a kernel.
     """
     info: dict[str, Any] = {}
     kernel = kernel_of(model)
     if kernel is not None:
         info["kernel"] = kernel
-        if objectives:
-            info["objective_kernels"] = [kernel_of(m) for m in objectives]
-    if mode == "penalize" or (mode == "believer" and kernel is None):
+        if objective_models:
+            info["objective_kernels"] = [kernel_of(m) for m in objective_models]
+    else:
         info["lipschitz"] = lipschitz(cand, median(raw))
     return info
 
@@ -284,25 +286,20 @@ class Crowd:
     """One ``select``'s view of the running points, and of the batch it chooses.
 
     ``add(row)`` marks a candidate as running (or just chosen); ``scores`` gives
-    the acquisition with every marked point accounted for; ``allowed`` is the
-    ``radius`` mode's exclusion mask (all true in the other modes).
+    the acquisition with every marked point accounted for. ``mode`` is
+    ``"believer"`` when the snapshot's surrogate has a GP kernel, else
+    ``"penalize"``.
     """
 
-    def __init__(self, mode: str, snapshot: Any, space: Any, Q: np.ndarray, radius: float) -> None:
-        if mode not in CROWD_MODES:
-            raise ValueError(f"crowd must be one of {CROWD_MODES}, not {mode!r}")
+    def __init__(self, snapshot: Any, space: Any, Q: np.ndarray) -> None:
         info = snapshot.meta.get("crowd") or {}
         self.cand = snapshot.candidates
         self.levels = snapshot.levels
         self.best = snapshot.best
         self.Q = Q
         self.rows: list[int] = []
-        self.radius = radius
-        self.near = np.zeros(self.cand.shape[0], dtype=bool)
         kernel = info.get("kernel")
-        if mode == "believer" and kernel is None:
-            mode = "penalize"  # not a GP: no kernel to condition with
-        self.mode = mode
+        self.mode = "believer" if kernel is not None else "penalize"  # not a GP: no kernel to condition with
         self._believer: Believer | None = None
         self._make = (snapshot, space, kernel)
         # a multi-objective study's further objectives: each conditioned with its own kernel
@@ -310,7 +307,7 @@ class Crowd:
         kernels = info.get("objective_kernels") or [None] * len(heads)
         self._objectives = [(k, h.raw) for k, h in zip(kernels, heads, strict=True)]
         self._objective_believers: list[Believer | None] | None = None
-        if mode == "penalize":
+        if self.mode == "penalize":
             L = info.get("lipschitz")
             if L is None:  # a snapshot fitted before crowd info was stored
                 if "lipschitz" not in snapshot.cache:
@@ -368,15 +365,10 @@ class Crowd:
             for b in self._objective_believers or ():
                 if b is not None:
                     b.add(rows)
-        elif self.mode == "radius":
-            self.near |= (_dist(self.cand, self.cand[rows]) < self.radius).any(axis=1)
-
-    def allowed(self) -> np.ndarray:
-        return ~self.near
 
     def scores(self, score_fn: Any, acquisition: str) -> np.ndarray:
         """``score_fn(Q, best)`` with the running points accounted for (lower is better)."""
-        if not self.rows or self.mode == "radius":
+        if not self.rows:
             return score_fn(self.Q, self.best)
         if self.mode == "believer":
             return score_fn(narrow(self.Q, self.believer.shrink()), believed_best(self.best, self.Q, self.rows))

@@ -35,15 +35,11 @@ SETTING_RANGES: dict[str, tuple[float, float]] = {
     "mutation_fraction": (0.0, 1.0),
     "cal_fraction": (0.0, 1.0),  # exclusive at both ends
     "aci_gamma": (0.0, 1.0),  # exclusive at both ends
-    "diversity": (0.0, 1.0),  # exclusive at the top
     "n_bootstraps": (2, 100),
-    "local_search": (0, 100),
-    "warmup_observed": (0.0, 1.0),  # exclusive at the bottom
 }
-OPEN_RANGES = {"cal_fraction": (True, True), "aci_gamma": (True, True), "diversity": (False, True),
-               "warmup_observed": (True, False)}
+OPEN_RANGES = {"cal_fraction": (True, True), "aci_gamma": (True, True)}
 INT_SETTINGS = ("n_levels", "n_warmup", "conformalize_from", "split_from", "n_candidates", "top_k",
-                "cv_folds", "dtaci_window", "n_bootstraps", "local_search")
+                "cv_folds", "dtaci_window", "n_bootstraps")
 
 # Options each surrogate takes in ``surrogate_options``: (kind, lowest, highest).
 SURROGATE_OPTIONS: dict[str, dict[str, tuple[str, float, float]]] = {

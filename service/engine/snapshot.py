@@ -4,10 +4,9 @@ A snapshot holds the candidate set (snapped unit rows), every candidate's raw
 quantiles on the study's level grid (and, for CV+, each fold model's), the
 calibration scores, and the best observed value. From these ``select`` can
 build calibrated quantiles at *any* alpha without touching a model.
-All values are in the engine's minimise orientation. With ``shift="fcs"`` a
-split-rule snapshot also holds the covariate-shift weights of its calibration
-points and candidates (``engine.shift``); snapshots written without them load
-as unweighted.
+All values are in the engine's minimise orientation. A snapshot stored with
+the covariate-shift weights of the removed ``shift="fcs"`` setting
+(``cal_weight``, ``cand_weight``) loads without them, as an unweighted one.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from .space import SearchSpace
 
 FORMAT_VERSION = 1
 _ARRAYS = ("levels", "candidates", "raw", "scores", "fold_raw", "fold_of", "observed", "scale",
-           "fold_scale", "cal_weight", "cand_weight", "observed_y", "observed_ok", "signal")
+           "fold_scale", "observed_y", "observed_ok", "signal")
 _FLOAT32 = ("raw", "fold_raw", "scale", "fold_scale", "signal")  # per-candidate model outputs
 _HEAD_ARRAYS = ("raw", "scores", "fold_raw", "fold_of", "scale", "fold_scale", "signal")
 
@@ -74,14 +73,13 @@ class Snapshot:
     fold_raw: np.ndarray | None = None  # (K, N, L), CV+
     fold_of: np.ndarray | None = None  # (n_cal,), CV+
     # (N,) the scores' multiplier at each candidate: a scaled surrogate's spread (its scores are
-    # normalised by it), or with split_scores="transported" the shown model's spread over the split model's
+    # normalised by it), or for a refitted split the shown model's spread over the split model's
+    # (conformal.ConformalFit.transport)
     scale: np.ndarray | None = None
     fold_scale: np.ndarray | None = None  # (K, N), CV+ of a scaled surrogate
-    cal_weight: np.ndarray | None = None  # (n_cal,) FCS weight of each score's point (engine.shift)
-    cand_weight: np.ndarray | None = None  # (N,) FCS weight of each candidate
     # (N,) the share of each candidate's predictive spread that is the objective's own, not
-    # observation noise (surrogate.predict_signal_fraction): what the acquisition narrows the
-    # calibrated quantiles by (EngineConfig.noise_free); None: not narrowed
+    # observation noise (surrogate.predict_signal_fraction): what the improvement acquisitions
+    # narrow the calibrated quantiles by; None: not narrowed (a snapshot without it)
     signal: np.ndarray | None = None
     surrogate: str = ""
     fit_seconds: float = 0.0
@@ -105,7 +103,7 @@ class Snapshot:
     def bounds(self) -> Bounds:
         if self._bounds is None:
             self._bounds = Bounds(self.method, self.raw, self.scores, self.fold_raw, self.fold_of,
-                                  self.scale, self.fold_scale, self.cal_weight, self.cand_weight)
+                                  self.scale, self.fold_scale)
         return self._bounds
 
     # ----------------------------------------------------------- (de)serialise
@@ -181,8 +179,6 @@ class Snapshot:
                 fold_of=arrays.get("fold_of"),
                 scale=arrays.get("scale"),
                 fold_scale=arrays.get("fold_scale"),
-                cal_weight=arrays.get("cal_weight"),
-                cand_weight=arrays.get("cand_weight"),
                 signal=arrays.get("signal"),
                 heads=heads,
                 observed_y=arrays.get("observed_y"),

@@ -43,13 +43,12 @@ order of outcomes and everything conformal is kept; the squashed values lie with
 every surrogate and the power transform are safe. Ordinary values never trigger it, and their warp
 and its stored form are the same as without it.
 
-Centre and scale come from every observation by default. A search concentrates its trials near its
-incumbent, and their median absolute deviation shrinks as it does (on the real-tuning suite's
-``enet_poly_diabetes`` from 0.035 at 15 observations to 9e-5 at 100): differences of 1e-5 near the
-incumbent then span warped units, and the surrogate keeps re-sampling there. ``fit_warp``'s
-``weights`` correct for that: the first ``n_warmup`` values only (the quasi-random warm-up, a sample
-of the whole space), or cell-declustering weights (``decluster_weights``; the study setting
-``warp_reference``).
+Centre and scale come from every observation. A search concentrates its trials near its incumbent,
+and their median absolute deviation shrinks as it does, so differences near the incumbent span more
+warped units as a study goes on. Weighting the observations to describe the whole space instead (the
+quasi-random warm-up only, or cell-declustering weights) was measured as a variant: level with this
+head to head, with a larger calibration gap (``docs/benchmarks/real-tuning-variants.md``, the warp's
+reference).
 """
 
 from __future__ import annotations
@@ -58,7 +57,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from scipy import optimize, spatial, stats
+from scipy import optimize, stats
 
 TAIL = "yeo-johnson-tail"  # the one-sided transform
 WARPS = ("none", "yeo-johnson", TAIL)
@@ -132,26 +131,24 @@ class Warp:
                    None if sq is None else (float(sq[0]), float(sq[1])))
 
 
-def fit_warp(kind: str, y: np.ndarray, weights: np.ndarray | None = None) -> Warp:
-    """The warp of ``kind`` fitted to the values ``y`` (minimise orientation); ``weights``: each
-    value's weight in the centre and scale (``decluster_weights``), all equal by default."""
+def fit_warp(kind: str, y: np.ndarray) -> Warp:
+    """The warp of ``kind`` fitted to the values ``y`` (minimise orientation)."""
     if kind not in WARPS:
         raise ValueError(f"warp must be one of {WARPS}, not {kind!r}")
     y = np.asarray(y, dtype=float)
     sq = squash_for(y)
     if sq is None:
-        return _fit_warp(kind, y, weights)
-    return replace(_fit_warp(kind, squash(y, *sq), weights), squash=sq)
+        return _fit_warp(kind, y)
+    return replace(_fit_warp(kind, squash(y, *sq)), squash=sq)
 
 
-def _fit_warp(kind: str, y: np.ndarray, weights: np.ndarray | None) -> Warp:
+def _fit_warp(kind: str, y: np.ndarray) -> Warp:
     if kind == "none" or y.size < MIN_POINTS or np.ptp(y) <= 0:
         return Warp()
-    w = np.ones(y.size) if weights is None else np.asarray(weights, dtype=float)
-    loc = _weighted_median(y, w)
-    scale = _weighted_median(np.abs(y - loc), w) * 1.4826
+    loc = float(np.median(y))
+    scale = float(np.median(np.abs(y - loc))) * 1.4826
     if not scale > 1e-12 * max(1.0, abs(loc)):  # more than half the values tie: a plateau
-        scale = float(np.sqrt(np.average((y - np.average(y, weights=w)) ** 2, weights=w)))
+        scale = float(np.sqrt(np.mean((y - np.mean(y)) ** 2)))
     if not scale > 0:
         scale = float(np.std(y))
     x = (y - loc) / scale
@@ -213,34 +210,6 @@ def unsquash(t: Any, c: float, b: float) -> np.ndarray:
     t = np.asarray(t, dtype=float)
     with np.errstate(over="ignore", invalid="ignore"):
         return c + np.sign(t) * (b * np.expm1(np.abs(t)))
-
-
-def _weighted_median(v: np.ndarray, w: np.ndarray) -> float:
-    """The lower weighted median: the least value at which the cumulative weight reaches half (equal
-    weights give ``np.median``, 0/1 weights on an odd count the median of the values weighted 1)."""
-    if np.all(w == w[0]):
-        return float(np.median(v))
-    o = np.argsort(v, kind="stable")
-    c = np.cumsum(w[o])
-    return float(v[o][np.searchsorted(c, 0.5 * c[-1])])
-
-
-DECLUSTER_RADIUS = 0.25  # of the spacing n ** (-1 / d) of n points spread evenly over the unit cube
-
-
-def decluster_weights(X: np.ndarray, radius: float = DECLUSTER_RADIUS) -> np.ndarray:
-    """Cell-declustering weights of the observed rows ``X`` (features on the unit scale): each
-    observation counts ``1 / m``, ``m`` the observations (itself included) closer to it than
-    ``radius * n ** (-1 / d)``. A search sends many trials near its incumbent; weighted so, a tight
-    cluster of them counts about as one observation in the warp's centre and scale, which then
-    describe the objective over the space rather than where the search has been."""
-    X = np.asarray(X, dtype=float)
-    n, d = X.shape
-    r = radius * n ** (-1.0 / max(d, 1))
-    # a k-d tree counts the neighbours in O(n log n) memory and time; a dense distance matrix would
-    # hold n^2 floats (800 MB at the 10,000-observation refit)
-    m = spatial.cKDTree(X).query_ball_point(X, np.nextafter(r, 0.0), return_length=True)
-    return 1.0 / np.maximum(m, 1)
 
 
 def _tail_only(side: np.ndarray, warped: np.ndarray, lam: float) -> np.ndarray:

@@ -53,11 +53,11 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from calibo.engine import EngineConfig, SearchSpace, adapt, fit, initial_states, select
+from calibo.engine import EngineConfig, Prediction, SearchSpace, StudyState, fit, select
 from calibo.engine.errors import FieldError
 from calibo.engine.limits import MAX_FEATURES, MAX_PARAMS
 from calibo.engine.multi import resolve as resolve_multi
-from calibo.engine.optimizer import adapt_constraints, check_directions
+from calibo.engine.outcomes import check_directions
 
 __all__ = ["CaliboSampler"]
 
@@ -149,29 +149,30 @@ def _get(trial: FrozenTrial, key: str) -> Any:
     return json.loads("".join(parts)) if parts else None
 
 
-def _pack(prediction: dict[str, Any]) -> dict[str, Any]:
-    out = dict(prediction)
-    points = out.pop("points", None)
-    if points is not None:
-        a = np.ascontiguousarray(points, dtype="<f8")
-        out["points_b64"] = base64.b64encode(a.tobytes()).decode()
-        out["points_shape"] = list(a.shape)
-    for key in ("objectives", "constraints"):
-        if out.get(key):
-            out[key] = [_pack(c) for c in out[key]]
-    return out
+def _pack(prediction: Prediction) -> dict[str, Any]:
+    """A prediction as a trial system attribute: the engine's stored form, its point sets base64."""
+    data, blob = prediction.to_storage()
+    return {"data": data, "points": None if blob is None else base64.b64encode(blob).decode()}
 
 
-def _unpack(stored: dict[str, Any]) -> dict[str, Any]:
-    out = dict(stored)
-    data = out.pop("points_b64", None)
-    shape = out.pop("points_shape", None)
-    if data is not None:
-        out["points"] = np.frombuffer(base64.b64decode(data), dtype="<f8").reshape(shape)
-    for key in ("objectives", "constraints"):
-        if out.get(key):
-            out[key] = [_unpack(c) for c in out[key]]
-    return out
+def _unpack(stored: dict[str, Any]) -> Prediction:
+    """Inverse of ``_pack``; a prediction stored by an earlier version (each part's point sets
+    inline as ``points_b64``) is read as well."""
+    if "data" in stored:
+        blob = stored["points"]
+        return Prediction.from_storage(stored["data"], None if blob is None else base64.b64decode(blob))
+
+    def legacy(part: dict[str, Any]) -> dict[str, Any]:
+        out = dict(part)
+        data, shape = out.pop("points_b64", None), out.pop("points_shape", None)
+        if data is not None:
+            out["points"] = np.frombuffer(base64.b64decode(data), dtype="<f8").reshape(shape)
+        for key in ("objectives", "constraints"):
+            if out.get(key):
+                out[key] = [legacy(c) for c in out[key]]
+        return out
+
+    return Prediction.from_dict(legacy(stored))
 
 
 def _constraint_keys(complete: list[FrozenTrial]) -> list[str] | None:
@@ -198,12 +199,11 @@ class CaliboSampler(BaseSampler):
     Args:
         seed: makes the suggestion sequence reproducible (given the same results).
         n_startup_trials: completed trials before the surrogate is used (the engine's
-            ``n_warmup``; with ``n_jobs``, ``warmup_observed`` may count running ones:
-            ``EngineConfig.warmed_up``); until then the relative parameters follow a
-            scrambled Sobol sequence.
+            ``n_warmup``: ``EngineConfig.warmed_up``); until then the relative parameters follow
+            a scrambled Sobol sequence.
         surrogate: the engine's surrogate (``qgp`` by default; see ``EngineConfig``).
         acquisition: the engine's acquisition (see ``EngineConfig``).
-        settings: any other ``EngineConfig`` setting (``adapter``, ``conformal``, ``crowd``...).
+        settings: any other ``EngineConfig`` setting (``adapter``, ``conformal``, ``n_levels``...).
         independent_sampler: samples what the relative search space leaves out
             (default ``RandomSampler(seed)``).
         warn_independent_sampling: log a warning when a parameter of a trial after the
@@ -235,7 +235,7 @@ class CaliboSampler(BaseSampler):
         self._warn = warn_independent_sampling
         self._lock = threading.RLock()
         self._fits: dict[tuple[int, str], tuple[tuple, Any]] = {}  # (study, space) -> (observed key, Snapshot)
-        self._adapted: dict[tuple[int, str], tuple[list[int], list]] = {}  # replayed states per study + space
+        self._adapted: dict[tuple, tuple[list[int], StudyState | None]] = {}  # replayed states per study + space
 
     # ------------------------------------------------------------ Optuna API
     def reseed_rng(self) -> None:
@@ -293,13 +293,11 @@ class CaliboSampler(BaseSampler):
         snap = None
         if cfg.warmed_up(len(observations), len(pending)):
             snap = self._snapshot((study._study_id, sig), enc.space, observations, pending, directions, cons)
-        states, heads = self._states((study._study_id, sig), enc, complete, keys, len(directions))
-        out = select(snap, states, enc.space, cfg, count=1, direction=direction, seed=self._seed,
-                     asked=trial.number, exclude=seen, pending=pending, n_observed=len(observations),
-                     head_states=heads if snap is not None and snap.heads else ())
+        state = self._states((study._study_id, sig), enc, complete, keys, len(directions))
+        out = select(snap, state, enc.space, cfg, count=1, direction=direction,
+                     asked=trial.number, exclude=seen, pending=pending, n_observed=len(observations))
         if not out:  # every configuration is observed or running: repeat one, as Optuna's samplers may
-            out = select(None, states, enc.space, cfg, count=1, direction=direction, seed=self._seed,
-                         asked=trial.number)
+            out = select(None, state, enc.space, cfg, count=1, direction=direction, asked=trial.number)
         chosen = out[0]
         params = enc.decode(chosen.params)
         _put(study, trial._trial_id, "relative", params)
@@ -352,7 +350,7 @@ class CaliboSampler(BaseSampler):
         return snap
 
     def _states(self, key: tuple[int, str], enc: _Encoding, complete: list[FrozenTrial],
-                constraint_keys: list[str] | None = None, m: int = 1) -> tuple[list, list]:
+                constraint_keys: list[str] | None = None, m: int = 1) -> StudyState:
         """ACI/DtACI states (the first objective's; then each further objective's and each
         constraint's, the snapshot heads' order): ``adapt`` replayed over the completed trials in the
         order they finished.
@@ -363,11 +361,9 @@ class CaliboSampler(BaseSampler):
         numbers = [t.number for t in order]
         n_cons = len(constraint_keys or ())
         cache_key = (*key, tuple(constraint_keys or ()), m)
-        done, states, objectives, heads = self._adapted.get(cache_key, ([], None, None, None))
-        if states is None or numbers[:len(done)] != done:
-            done, states = [], initial_states(self.config, self._seed)
-            objectives = [initial_states(self.config, self._seed + 101 + j) for j in range(1, m)]
-            heads = [initial_states(self.config, self._seed + 1 + j) for j in range(n_cons)]
+        done, state = self._adapted.get(cache_key, ([], None))
+        if state is None or numbers[:len(done)] != done:
+            done, state = [], StudyState.initial(self.config, self._seed, m, n_cons)
         space = enc.space
         for t in order[len(done):]:
             stored = _get(t, "prediction")
@@ -380,14 +376,8 @@ class CaliboSampler(BaseSampler):
             except FieldError:
                 same = False
             if same:
-                pred = _unpack(stored["prediction"])
-                if m > 1:
-                    every, _ = adapt_constraints([states, *objectives], pred, [float(v) for v in t.values],
-                                                 "objectives")
-                    states, objectives = every[0], every[1:]
-                else:
-                    states, _ = adapt(states, pred, float(t.value))
-                if n_cons and len(pred.get("constraints") or ()) == n_cons:
-                    heads, _ = adapt_constraints(heads, pred, [float(t.constraints[k]) for k in constraint_keys])
-        self._adapted[cache_key] = (numbers, states, objectives, heads)
-        return list(states), [list(h) for h in objectives + heads]
+                values = [float(v) for v in t.values] if m > 1 else float(t.value)
+                cons = [float(t.constraints[k]) for k in constraint_keys] if n_cons else None
+                state, _ = state.adapt(_unpack(stored["prediction"]), values, cons)
+        self._adapted[cache_key] = (numbers, state)
+        return state

@@ -1,13 +1,16 @@
-"""Persistence: SQLAlchemy 2.0 models and the only code that writes SQL."""
+"""Persistence: SQLAlchemy 2.0 models and the only code that writes SQL.
+
+``models`` (the tables), ``db`` (engines, migrations), ``repo`` (Storage: sessions and the
+per-study lock), ``studies`` / ``trials`` / ``fits`` (Storage's queries by concern), ``tx``
+(StudyTx: one locked transaction on one study), ``info`` (what they hand out, and the rules
+about trials and times).
+"""
 
 from .db import make_engine, upgrade, write_engine
-from .models import FINISHED_STATES, ORIGINS, TRIAL_STATES, SnapshotRow, StudyRow, TrialRow
-from .repo import (
+from .info import (
     EXPIRED,
     FitInputs,
-    Storage,
     StudyInfo,
-    StudyTx,
     as_utc,
     best_trial_of,
     expired,
@@ -15,6 +18,9 @@ from .repo import (
     not_alive,
     now,
 )
+from .models import FINISHED_STATES, ORIGINS, TRIAL_STATES, SnapshotRow, StudyRow, TrialRow
+from .repo import Storage
+from .tx import StudyTx
 
 __all__ = [
     "EXPIRED",

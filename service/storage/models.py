@@ -40,7 +40,8 @@ def calibo_owns(name: str | None, type_: str, parent_names: object = None) -> bo
 
 
 class StudyRow(Base):
-    """A study: its definition, counters, adaptive state and newest-snapshot pointer.
+    """A study: its definition, counters, adaptive state (``state``: what the engine's
+    ``StudyState.to_dict`` writes, stored as it is) and newest-snapshot pointer.
 
     The counters (``next_number``, ``n_complete``) and the adaptive state change
     only under the study's lock, so asks and tells see them consistently.
@@ -57,7 +58,7 @@ class StudyRow(Base):
     next_number: Mapped[int] = mapped_column(Integer, default=0)
     n_complete: Mapped[int] = mapped_column(Integer, default=0)
     finish_seq: Mapped[int] = mapped_column(Integer, default=0)  # trials finished so far, in order
-    adaptive: Mapped[list[dict[str, Any]]] = mapped_column(Json)
+    state: Mapped[dict[str, Any]] = mapped_column(Json)
     best_trial_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     best_value: Mapped[float | None] = mapped_column(Double, nullable=True)
     snapshot_version: Mapped[int] = mapped_column(Integer, default=0)
@@ -65,8 +66,6 @@ class StudyRow(Base):
     fitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     fit_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     user_attrs: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
-    # ACI/DtACI states of the outcomes beyond the first objective: {"constraints": [[...]], "objectives": [...]}
-    head_adaptive: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
 
 
 class TrialRow(Base):

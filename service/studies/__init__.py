@@ -2,7 +2,7 @@
 
 from .definitions import SERVICE_SETTINGS, StudyDef, build_definition, default_seed
 from .service import StudyService
-from .views import public_prediction, study_view, trial_view
+from .views import study_view, trial_view
 
 __all__ = ["SERVICE_SETTINGS", "StudyDef", "StudyService", "build_definition", "default_seed",
-           "public_prediction", "study_view", "trial_view"]
+           "study_view", "trial_view"]

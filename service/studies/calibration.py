@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from calibo.engine import metrics
+from calibo.engine import StudyState, metrics
 
 from ..storage import StudyInfo
 from .definitions import StudyDef
@@ -43,13 +43,14 @@ def calibration_view(sd: StudyDef, info: StudyInfo, rows: list[tuple[int, int, d
                                                           strict=True)],
             "beta": main.get("beta"),
         })
-    nominal = [round(1.0 - s["target"], 10) for s in info.adaptive]
+    state = StudyState.from_dict(info.state)
+    nominal = [round(1.0 - s.target, 10) for s in state.states]
     out: dict[str, Any] = {
         "study_id": study_id,
         "n": len(records),
         "nominal": nominal,
         "trials": trials,
-        "current_alpha": [s["alpha"] for s in info.adaptive],
+        "current_alpha": [s.alpha for s in state.states],
     }
     if not records:
         out.update(summary={"n": 0}, conformal={"n": 0}, cumulative_coverage=[], rolling_coverage=[],
@@ -63,20 +64,19 @@ def calibration_view(sd: StudyDef, info: StudyInfo, rows: list[tuple[int, int, d
     out["summary"] = metrics.summarize(records, features, window=window)
     out["conformal"] = metrics.summarize(records, features, window=window, conformal_only=True)
     out["window"] = window
-    heads = info.head_adaptive or {}
     if sd.multi:  # each objective's calibration, the first (the top level) among them
-        states = [info.adaptive, *heads.get("objectives", [])]
+        states = [state.states, *state.objectives]
         out["objectives"] = [_block(f"objective {j}", direction, whole, "objectives", j, features, window, states)
                              for j, direction in enumerate(sd.directions)]
     if sd.constraints:  # each constraint's calibration: its own intervals, coverage and alphas
         out["constraints"] = [_block(name, None, whole, "constraints", j, features, window,
-                                     heads.get("constraints", []))
+                                     state.constraints)
                               for j, name in enumerate(sd.constraints)]
     return out
 
 
 def _block(name: str, direction: str | None, records: list[dict[str, Any]], key: str, j: int,
-           features: np.ndarray, window: int, states: list[list[dict[str, Any]]]) -> dict[str, Any]:
+           features: np.ndarray, window: int, states: list[list[Any]]) -> dict[str, Any]:
     """The calibration of outcome ``j`` under ``key`` (an objective or a constraint) of ``records``."""
     rows = [i for i, r in enumerate(records) if r.get(key)]
     recs = [records[i][key][j] for i in rows]
@@ -89,7 +89,7 @@ def _block(name: str, direction: str | None, records: list[dict[str, Any]], key:
         "summary": metrics.summarize(recs, features[rows], window=window) if recs else {"n": 0},
         "conformal": (metrics.summarize(recs, features[rows], window=window, conformal_only=True)
                       if recs else {"n": 0}),
-        "current_alpha": [s["alpha"] for s in states[j]] if j < len(states) else [],
+        "current_alpha": [s.alpha for s in states[j]] if j < len(states) else [],
     }
     if direction is not None:
         out["direction"] = direction

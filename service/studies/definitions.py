@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from calibo.engine import EngineConfig, SearchSpace, multi
+from calibo.engine.config import migrate
 from calibo.engine.errors import FieldError
-from calibo.engine.optimizer import check_constraint_names, check_directions
+from calibo.engine.outcomes import check_constraint_names, check_directions
 from calibo.engine.pruning import PrunerConfig
 
 from ..errors import InvalidRequest
@@ -135,6 +136,12 @@ def build_definition(name: str, space: Any, direction: str, surrogate: str | Non
     return out
 
 
+
+
+def migrated(definition: dict[str, Any]) -> dict[str, Any]:
+    """A stored definition as it would be stored today: without the settings that are no longer
+    settings (``engine.config.REMOVED``; the study runs with their constants)."""
+    return {**definition, "config": migrate(definition["config"])[0]}
 
 
 def _request_field(path: tuple[str, ...]) -> str:

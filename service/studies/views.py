@@ -1,85 +1,14 @@
-"""What clients see of trials and studies, and how a prediction's point sets are stored."""
+"""What clients see of trials and studies."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
+from calibo.engine import StudyState
+from calibo.engine.config import migrate
+from calibo.engine.state import public_prediction
 
 from ..storage import StudyInfo, TrialRow, as_utc, feasible
-
-
-def pack_points(points: np.ndarray | None) -> bytes | None:
-    """Conformal point sets of one prediction, (2, P, n), as raw little-endian float64.
-
-    Raw rather than ``.npy``: np.load parses its header with ast.literal_eval,
-    which showed up on every tell.
-    """
-    if points is None:
-        return None
-    return np.ascontiguousarray(points, dtype="<f8").tobytes()
-
-
-def unpack_points(data: bytes, pairs: int) -> np.ndarray:
-    """Inverse of ``pack_points``; ``pairs`` (P) is the number of intervals of the prediction."""
-    return np.frombuffer(data, dtype="<f8").reshape(2, pairs, -1)
-
-
-NESTED = ("objectives", "constraints")  # a prediction's nested per-outcome predictions, in stored order
-
-
-def _parts(pred: dict[str, Any]) -> list[dict[str, Any]]:
-    """The prediction and each nested one (every objective's after the first, each constraint's)."""
-    return [pred, *(p for key in NESTED for p in pred.get(key) or ())]
-
-
-def split_points(pred: dict[str, Any] | None) -> tuple[dict[str, Any] | None, bytes | None]:
-    """A prediction without its conformal point sets (its own, and each objective's and constraint's),
-    and those sets as one blob; the prediction records each set's length under ``points_n``."""
-    if pred is None:
-        return None, None
-    arrays = [p.get("points") for p in _parts(pred)]
-    if all(a is None for a in arrays):
-        return pred, None
-    out = {k: v for k, v in pred.items() if k != "points"}
-    for key in NESTED:
-        if pred.get(key):
-            out[key] = [{k: v for k, v in c.items() if k != "points"} for c in pred[key]]
-    out["points_n"] = [0 if a is None else int(np.shape(a)[-1]) for a in arrays]
-    return out, b"".join(pack_points(a) for a in arrays if a is not None)
-
-
-def join_points(pred: dict[str, Any] | None, data: bytes | None) -> dict[str, Any] | None:
-    """Inverse of ``split_points``: the prediction with its point sets back in place (for adapt)."""
-    if pred is None or data is None:
-        return pred
-    sizes = pred.get("points_n") or [len(data) // (8 * 2 * len(pred["intervals"]))]
-    out = dict(pred)
-    for key in NESTED:
-        if pred.get(key):
-            out[key] = [dict(c) for c in pred[key]]
-    at = 0
-    for part, n in zip(_parts(out), sizes, strict=False):
-        if n:
-            pairs = len(part["intervals"])
-            size = 8 * 2 * pairs * n
-            part["points"] = unpack_points(data[at : at + size], pairs)
-            at += size
-    return out
-
-
-INTERNAL = ("points", "sign", "warp", "points_n")
-
-
-def public_prediction(pred: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What clients see of a prediction: no internal point sets, orientation sign or output warp."""
-    if pred is None:
-        return None
-    out = {k: v for k, v in pred.items() if k not in INTERNAL}
-    for key in NESTED:
-        if pred.get(key):
-            out[key] = [{k: v for k, v in c.items() if k not in INTERNAL} for c in pred[key]]
-    return out
 
 
 def asked_view(t: TrialRow) -> dict[str, Any]:
@@ -119,7 +48,7 @@ def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool],
     """The study view of the wire contract; ``fit`` is the fit pool's status for the study;
     ``pareto`` a multi-objective study's front (``studies.pareto``)."""
     d = info.definition
-    config = dict(d["config"])
+    config, removed = migrate(d["config"])
     surrogate, acquisition = config.pop("surrogate"), config.pop("acquisition")
     service = d.get("service", {})
     wait = service.get("ask_wait_seconds")
@@ -138,6 +67,8 @@ def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool],
         "constraints": d.get("constraints", []),
         "user_attrs": info.user_attrs or {},
         "settings": settings,
+        # settings the study was created with that are no longer settings: it runs with their constants
+        "removed_settings": removed or None,
         "created_at": info.created_at,
         "trials": info.counts,
         "best_trial": info.best_trial,
@@ -153,18 +84,18 @@ def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool],
             "last_error": info.fit_error,
             **fit,
         },
-        "adaptive": {
-            "adapter": config["adapter"],
-            "pairs": _pairs(info.adaptive),
-            "constraints": [_pairs(states) for states in (info.head_adaptive or {}).get("constraints", [])],
-            "objectives": [_pairs(states) for states in (info.head_adaptive or {}).get("objectives", [])],
-        },
+        "adaptive": {"adapter": config["adapter"], **adaptive_summary(StudyState.from_dict(info.state))},
     }
 
 
-def _pairs(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"coverage": round(1.0 - s["target"], 10), "target_alpha": s["target"], "alpha": s["alpha"],
-             "steps": s["steps"]} for s in states]
+def adaptive_summary(state: StudyState) -> dict[str, Any]:
+    """Each outcome's per-pair states: target and current alpha, steps taken."""
+    def pairs(states: list[Any]) -> list[dict[str, Any]]:
+        return [{"coverage": round(1.0 - s.target, 10), "target_alpha": s.target, "alpha": s.alpha,
+                 "steps": s.steps} for s in states]
+
+    return {"pairs": pairs(state.states), "constraints": [pairs(hs) for hs in state.constraints],
+            "objectives": [pairs(hs) for hs in state.objectives]}
 
 
 

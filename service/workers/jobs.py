@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from calibo.engine import EngineConfig, SearchSpace, fit
+from calibo.engine.study import FitResult, StudySpec
 
 from ..storage import Storage
 
@@ -102,21 +103,13 @@ def fit_study(study_id: int, storage: Storage | None = None, save: bool = True) 
     inputs = storage.fit_inputs(study_id)
     if inputs is None:
         return {"study_id": study_id, "status": "deleted"}
-    d = inputs.definition
-    config = EngineConfig.from_dict(d["config"])
+    spec = StudySpec.from_definition(inputs.definition)
     n = len(inputs.observations)
-    if not config.warmed_up(n, len(inputs.running)) or n <= inputs.snapshot_n_obs:
+    if not spec.warmed_up(n, len(inputs.running)) or n <= inputs.snapshot_n_obs:
         return {"study_id": study_id, "status": "current", "n_obs": inputs.snapshot_n_obs}
-    snap = fit(inputs.observations, SearchSpace.from_dict(d["space"]), config, d["direction"], d["seed"],
-               device=_device, pending=inputs.running, constraints=inputs.constraints,
-               directions=d.get("directions"))
-    result = {"study_id": study_id, "status": "fitted", "n_obs": n, "fit_seconds": snap.fit_seconds,
-              "method": snap.method, "device": snap.meta.get("device", "cpu")}
-    if snap.meta.get("device_fallback"):
-        result["device_fallback"] = snap.meta["device_fallback"]
-    if not save:
-        return result | {"snapshot": snap.to_bytes()}
-    return store(storage, result | {"snapshot": snap.to_bytes()})
+    snap = spec.fit(inputs.observations, pending=inputs.running, constraints=inputs.constraints, device=_device)
+    result = {"study_id": study_id, "status": "fitted", **FitResult.of(snap).to_dict()}
+    return result if not save else store(storage, result)
 
 
 def store(storage: Storage, result: dict[str, Any]) -> dict[str, Any]:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-from .base import BaseSurrogate, QuantileSurrogate
+from .base import SURROGATES, BaseSurrogate, QuantileSurrogate, make_surrogate
 from .gp_recal import GPRecal
 from .lw import LWGBM, LWKNN, LWRF
 from .mlp import MLPEnsemble, MLPQuantile
@@ -15,7 +12,7 @@ from .qgp import QGP
 from .ql import QL
 from .qrf import QRF
 
-SURROGATES: dict[str, type[BaseSurrogate]] = {
+SURROGATES.update({
     "qgbm": QGBM,
     "qrf": QRF,
     "ql": QL,
@@ -27,17 +24,7 @@ SURROGATES: dict[str, type[BaseSurrogate]] = {
     "gp-recal": GPRecal,
     "mlp-ensemble": MLPEnsemble,
     "mlp-quantile": MLPQuantile,
-}
-
-
-def make_surrogate(name: str, levels: Sequence[float], seed: int = 0, device: str = "cpu",
-                   **options: Any) -> BaseSurrogate:
-    """An unfitted surrogate; torch families train on ``device`` ("cpu" or "cuda")."""
-    try:
-        cls = SURROGATES[name]
-    except KeyError:
-        raise ValueError(f"unknown surrogate {name!r}; choose from {sorted(SURROGATES)}") from None
-    return cls(levels, seed, device=device, **options)
+})
 
 
 __all__ = ["SURROGATES", "BaseSurrogate", "QuantileSurrogate", "make_surrogate", "GPRecal", "LWGBM", "LWKNN",

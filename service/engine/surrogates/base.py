@@ -115,18 +115,6 @@ class BaseSurrogate(ABC):
         """A standardised spread (n,) -> the target's units, floored at ``MIN_SCALE``."""
         return np.maximum(np.asarray(s, float), MIN_SCALE) * self._sd
 
-    def has_loo(self, n: int) -> bool:
-        """Whether a fit on ``n`` observations will have ``loo_quantiles`` (asked before fitting, so
-        that no fit is made only to be discarded)."""
-        return False
-
-    def loo_quantiles(self) -> tuple[np.ndarray, np.ndarray | None] | None:
-        """Leave-one-out quantiles (n, L) at the training points, in the target's units, and the
-        leave-one-out spread (n,) for a scaled surrogate (None otherwise): each row as predicted
-        by the model conditioned on every other training point, with the same hyperparameters.
-        None for a family that has no exact closed form (the engine then keeps held-out scores)."""
-        return None
-
     def predict_signal_fraction(self, X: np.ndarray) -> np.ndarray:
         """(n,) the share of the predictive spread that is uncertainty about the objective itself:
         ``sqrt(1 - v / s^2)`` with ``s`` the predictive sd of an observation and ``v`` the fitted
@@ -158,3 +146,19 @@ class BaseSurrogate(ABC):
     @abstractmethod
     def _predict(self, X: np.ndarray) -> np.ndarray:
         """(n, L) quantiles of the standardised target at ``self.levels``."""
+
+
+# Every family by its name: ``make_surrogate``'s table. The package's ``__init__`` (which imports each
+# family's module) fills it; it lives here, below the families, so that QE, which builds the families
+# its ``bases`` name, needs no import of the package that imports it.
+SURROGATES: dict[str, type[BaseSurrogate]] = {}
+
+
+def make_surrogate(name: str, levels: Sequence[float], seed: int = 0, device: str = "cpu",
+                   **options: Any) -> BaseSurrogate:
+    """An unfitted surrogate; torch families train on ``device`` ("cpu" or "cuda")."""
+    try:
+        cls = SURROGATES[name]
+    except KeyError:
+        raise ValueError(f"unknown surrogate {name!r}; choose from {sorted(SURROGATES)}") from None
+    return cls(levels, seed, device=device, **options)

@@ -59,6 +59,7 @@ from linear_operator.utils.errors import NanError, NotPSDError
 from scipy.optimize import minimize
 
 from ..device import torch_threads
+from .gp_prior import neg_log_prior
 
 LENGTHSCALE_BOUNDS = (1e-2, 1e2)
 OUTPUTSCALE_BOUNDS = (1e-2, 1e2)
@@ -156,8 +157,6 @@ def _get_hyper(model) -> dict[str, Any]:
 def _maximise(model, X: torch.Tensor, z: torch.Tensor, maxiter: int | None = None, prior: bool = False) -> None:
     """L-BFGS-B on the negative log marginal likelihood (summed, as scikit-learn's), plus QGP's
     ``neg_log_prior`` when ``prior``."""
-    from .qgp import neg_log_prior
-
     params = _hyper_params(model)
     sizes = [p.numel() for p in params]
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)

@@ -19,7 +19,7 @@ from scipy import sparse
 from scipy.optimize import linprog
 from sklearn.model_selection import KFold
 
-from .base import BaseSurrogate
+from .base import BaseSurrogate, make_surrogate
 
 
 def stacking_weights(Z: np.ndarray, y: np.ndarray, beta: float, lam: float) -> np.ndarray:
@@ -55,8 +55,6 @@ class QE(BaseSurrogate):
     def _make_bases(self) -> list[BaseSurrogate]:
         if self._protos is not None:
             return [p.fold_clone() for p in self._protos]
-        from . import make_surrogate
-
         return [make_surrogate(b, self.levels, self.seed, device=self.device) for b in self.bases]
 
     def fold_clone(self) -> QE:

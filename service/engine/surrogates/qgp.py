@@ -42,7 +42,6 @@ which keeps the curves; the engine's default refit at 10,000 observations:
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any
 
@@ -54,6 +53,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel, Kernel, Matern, Whi
 
 from ..limits import SURROGATE_CHOICES
 from .base import BaseSurrogate
+from .gp_prior import neg_log_prior
 
 # the options that take a word (backend, prior, scores), each's first choice its default: the table the
 # study settings are checked against
@@ -64,30 +64,6 @@ INDUCING_POINTS = 512
 # auto on a CUDA device: scikit-learn on the CPU below this many observations, torch on the GPU from it
 # (a whole default refit on an H200 machine: benchmarks/device_paths.py's engine rows)
 CUDA_FROM = 200
-
-
-def neg_log_prior(theta: np.ndarray) -> tuple[float, np.ndarray]:
-    """-log p(theta) and its gradient, ``theta = log [outputscale, lengthscales..., noise]`` (the
-    order of scikit-learn's and the torch backend's hyperparameter vectors).
-
-    The hyperpriors Optuna's GPSampler and BoTorch-style GPs use on a standardised target over the
-    unit cube (maximum a posteriori instead of maximum likelihood): each lengthscale ``l`` pays
-    ``0.1 (l^2 + l^-2)``, which pulls it towards 1 (a function that varies over the whole range)
-    unless the data says otherwise; the outputscale has a Gamma(2, 1) prior and the noise variance
-    a Gamma(1.1, 30) one (mean 0.037). With few observations, maximum likelihood readily picks a
-    tiny lengthscale that explains every point as noise-free and independent, and the acquisition
-    then explores as if nothing were known; the prior keeps such fits smooth.
-    """
-    theta = np.asarray(theta, dtype=float)
-    ls = theta[1:-1]
-    c, nz = theta[0], theta[-1]
-    e2, em2 = np.exp(2.0 * ls), np.exp(-2.0 * ls)
-    value = 0.1 * float(np.sum(e2 + em2)) - (c - math.exp(c)) - (0.1 * nz - 30.0 * math.exp(nz))
-    grad = np.empty_like(theta)
-    grad[1:-1] = 0.2 * (e2 - em2)
-    grad[0] = -(1.0 - math.exp(c))
-    grad[-1] = -(0.1 - 30.0 * math.exp(nz))
-    return value, grad
 
 
 def _map_optimizer(obj_func, initial_theta: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, float]:
@@ -262,28 +238,6 @@ class QGP(BaseSurrogate):
         out = (mean, np.maximum(sd, 1e-9))
         self._last_moments = (X, out)
         return out
-
-    def loo_quantiles(self) -> tuple[np.ndarray, np.ndarray | None] | None:
-        """Exact leave-one-out predictive quantiles of the fitted GP (scikit-learn backend), in
-        closed form (Rasmussen & Williams 2006, eq. 5.12): with ``K`` the training covariance
-        (white noise included), ``mu_-i = z_i - [K^-1 z]_i / [K^-1]_ii`` and
-        ``var_-i = 1 / [K^-1]_ii``, the predictive distribution of observation ``i`` from the others
-        under the same hyperparameters. One triangular inverse, O(n^3) like the fit itself; None
-        on the torch backend (SGPR has no exact form)."""
-        if not self.fitted or self.backend_ != "sklearn":
-            return None
-        from scipy.linalg import solve_triangular
-
-        L_inv = solve_triangular(self._gp.L_, np.eye(self._gp.L_.shape[0]), lower=True)
-        k_inv_diag = np.einsum("ij,ij->j", L_inv, L_inv)  # diag(K^-1) = column sums of squares of L^-1
-        z = np.asarray(self._gp.y_train_, float).ravel()
-        mean = z - np.asarray(self._gp.alpha_, float).ravel() / k_inv_diag
-        sd = np.maximum(1.0 / np.sqrt(k_inv_diag), 1e-9)
-        return (self._target_quantiles(self._gaussian_quantiles(mean, sd)),
-                self._target_spread(sd) if self.scaled else None)
-
-    def has_loo(self, n: int) -> bool:
-        return self.choose_backend(n) == "sklearn"
 
     def _signal_fraction(self, X: np.ndarray) -> np.ndarray:
         """The latent function's share of the predictive sd (its variance is the predictive one

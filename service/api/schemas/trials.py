@@ -1,0 +1,190 @@
+"""Trials on the wire: ask, tell, enqueue, add, report, and the views of trials and curves."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Discriminator, Field, StrictBool, Tag
+
+from calibo.engine.config import MAX_OBJECTIVES
+from calibo.engine.limits import MAX_PARAMS
+
+from .fields import (
+    CLOSED_KEYS,
+    Choice,
+    Direction,
+    Name,
+    ParamName,
+    Real,
+    RequestBody,
+    TrialState,
+    UserAttrs,
+    Values,
+    json_int,
+)
+
+MAX_COUNT = 256
+
+
+class AskRequest(RequestBody):
+    count: json_int(ge=1, le=MAX_COUNT) = Field(1, description="how many configurations (distinct, kept apart)")
+    worker_id: Name | None = Field(None, examples=["gpu-node-3/pid-4121"])
+    user_attrs: UserAttrs | None = Field(None, description="set on every trial this ask hands out "
+                                         "(merged into an enqueued trial's own)")
+
+
+class AskedTrial(BaseModel):
+    id: int
+    number: int
+    study_id: int
+    params: dict[str, Any] = Field(description="the active parameters")
+    origin: Literal["enqueued"] | None = Field(None, description="enqueued: handed out from the queue")
+    user_attrs: dict[str, Any] | None = None
+    prediction: dict[str, Any] | None = Field(
+        description="calibrated quantiles, mean and intervals the configuration was chosen on; "
+        "null during the quasi-random warm start"
+    )
+
+
+class AskResponse(BaseModel):
+    trials: list[AskedTrial]
+
+
+Objectives = Annotated[list[Real], Field(min_length=2, max_length=MAX_OBJECTIVES)]
+
+
+class TellRequest(RequestBody):
+    value: Real | None = Field(None, examples=[0.3979])
+    values: Objectives | None = Field(None, description="a multi-objective study's objectives, one per "
+                                      "direction (instead of value)")
+    state: Literal["complete", "failed", "pruned"] | None = Field(
+        None, description="default complete (needs value); failed or pruned"
+    )
+    constraints: Values | None = Field(None, description="one value per study constraint, in order; feasible "
+                                       "when each is <= 0 (a completed trial of a constrained study needs them)")
+    user_attrs: UserAttrs | None = Field(None, description="merged into the trial's attributes")
+
+
+class EnqueueRequest(RequestBody):
+    params: dict[ParamName, Choice] = Field(max_length=MAX_PARAMS, json_schema_extra=CLOSED_KEYS,
+                                            description="all of a configuration's "
+                                            "parameters, or some: the others are chosen when an ask hands it out",
+                                            examples=[{"C": 10.0, "kernel": "rbf"}])
+    skip_if_exists: StrictBool = Field(True, description="answer the existing trial (200) when one already has "
+                                       "these parameter values, instead of enqueueing another")
+    user_attrs: UserAttrs | None = None
+
+
+class EnqueuedTrial(BaseModel):
+    id: int
+    number: int
+    params: dict[str, Any]
+    state: TrialState
+    origin: str
+    user_attrs: dict[str, Any] = {}
+
+
+MAX_ADDED = 1000
+
+
+class AddedTrial(RequestBody):
+    params: dict[ParamName, Choice] = Field(max_length=MAX_PARAMS, json_schema_extra=CLOSED_KEYS,
+                                            description="exactly the active parameters")
+    value: Real | None = Field(None, description="the objective (a completed trial)")
+    values: Objectives | None = Field(None, description="a multi-objective study's objectives (instead of value)")
+    state: Literal["complete", "failed"] | None = Field(None, description="complete (default, needs value) or "
+                                                        "failed (no value)")
+    constraints: Values | None = Field(None, description="one value per study constraint (a completed trial "
+                                       "of a constrained study needs them)")
+    user_attrs: UserAttrs | None = None
+
+
+class AddTrialsRequest(RequestBody):
+    trials: list[AddedTrial] = Field(min_length=1, max_length=MAX_ADDED,
+                                     description=f"1 to {MAX_ADDED} trials, stored all or none")
+
+
+def _add_shape(v: Any) -> str:
+    return "batch" if isinstance(v, dict) and "trials" in v else "single"
+
+
+# one trial or {"trials": [...]}, told apart by the key: a bad field is reported in the shape sent
+# (the union alone reported both shapes' errors, the batch's first)
+AddBody = Annotated[Annotated[AddTrialsRequest, Tag("batch")] | Annotated[AddedTrial, Tag("single")],
+                    Discriminator(_add_shape)]
+UNION_TAGS = frozenset({"batch", "single"})  # not part of a field's name (api.errors)
+
+
+class ReportRequest(RequestBody):
+    step: json_int(ge=0, le=1_000_000_000) = Field(description="the resource so far: epochs, iterations...")  # type: ignore[valid-type]
+    value: Real = Field(description="the objective at that step (same direction as the study's)",
+                        examples=[0.231])
+
+
+class ReportResponse(BaseModel):
+    should_prune: bool = Field(description="stop this trial now (then tell it with state pruned)")
+
+
+class CurveView(BaseModel):
+    trial_id: int
+    number: int
+    state: TrialState
+    steps: list[int]
+    values: list[float]
+
+
+class CurvePage(BaseModel):
+    curves: list[CurveView] = Field(description="learning curves of reported trials, by trial number")
+    total: int = Field(description="trials with reports")
+    limit: int
+    offset: int
+
+
+class TrialView(BaseModel):
+    id: int
+    study_id: int
+    number: int
+    state: TrialState
+    params: dict[str, Any]
+    value: float | None
+    values: list[float] | None = None
+    constraints: list[float] | None = None
+    feasible: bool | None = Field(None, description="every constraint <= 0 (null without constraints)")
+    origin: Literal["asked", "enqueued", "added", "copied"] = "asked"
+    user_attrs: dict[str, Any] = {}
+    prediction: dict[str, Any] | None
+    worker_id: str | None
+    asked_at: datetime
+    heartbeat_at: datetime | None
+    finished_at: datetime | None
+
+
+class TrialList(BaseModel):
+    trials: list[TrialView]
+
+
+class HypervolumePoint(BaseModel):
+    trials: int = Field(description="completed trials so far")
+    hypervolume: float
+
+
+class ParetoView(BaseModel):
+    """A multi-objective study's Pareto front: its non-dominated (feasible) completed trials."""
+
+    study_id: int
+    directions: list[Direction]
+    trials: list[TrialView] = Field(description="the front, by trial number")
+    hypervolume: float = Field(description="the front's hypervolume up to reference_point")
+    reference_point: list[float] | None = Field(description="the study's (settings.reference_point), or each "
+                                                "objective's worst observed value plus a tenth of its observed "
+                                                "range (null before any completed trial)")
+    history: list[HypervolumePoint] = Field(description="the hypervolume after each completed trial, against "
+                                            "this reference point (at most 200 points, evenly spread)")
+
+
+class TrialPage(BaseModel):
+    trials: list[TrialView]
+    total: int
+    limit: int
+    offset: int

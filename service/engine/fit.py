@@ -1,0 +1,288 @@
+"""fit: observations -> ``Snapshot``. Train, conformalize and score a fresh candidate set.
+
+Heavy: runs on a worker (on the GPU for the torch surrogates). Deterministic in its inputs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from . import acquisition as acq
+from . import crowd, multi
+from . import device as devices
+from .candidates import candidate_set, local_search
+from .config import LOCAL_SEARCH, EngineConfig
+from .conformal import conformalize, schedule
+from .outcomes import check_directions, sign_of
+from .scoring import MultiScore, narrows, with_feasibility
+from .snapshot import Head, Snapshot
+from .space import SearchSpace
+from .surrogates import make_surrogate
+from .warp import fit_warp
+
+
+def fit(
+    observations: Sequence[tuple[dict[str, Any], float]],
+    space: SearchSpace,
+    config: EngineConfig,
+    direction: str = "minimize",
+    seed: int = 0,
+    candidates: np.ndarray | None = None,
+    device: str | None = None,
+    pending: Sequence[dict[str, Any]] = (),
+    constraints: Sequence[Sequence[float]] | None = None,
+    directions: Sequence[str] | None = None,
+) -> Snapshot:
+    """Train, conformalize and score a fresh candidate set. Deterministic in its inputs.
+
+    ``directions`` (2 to 4): several objectives; each observation's value is then a list, one value
+    per objective. The first objective is the snapshot's own outcome, each further one a head of
+    kind ``"objective"``; ``select`` then runs the multi-objective acquisition (``engine.multi``).
+
+    ``constraints`` (one row per observation, one column per outcome constraint, feasible when
+    every value is <= 0): each constraint gets its own surrogate, conformalized the same way, as a
+    snapshot head; the incumbent the acquisition improves on is then the best *feasible* value.
+
+    ``candidates`` (snapped unit rows) replaces the drawn candidate set, e.g. to
+    score given configurations. ``pending``: the running configurations; they
+    join the candidates (never selected: they are running) so that ``select``
+    has the model's prediction for each point it conditions on. ``device``
+    (``auto | cpu | cuda``, default
+    ``CALIBO_DEVICE`` or auto) is where torch surrogates train; a CUDA error
+    refits on the CPU, and ``meta`` says where the fit ran and why it fell back.
+    """
+    where, why = devices.resolve(device)
+    # The matrices here are small (n <= a few thousand): multithreaded BLAS only
+    # adds spin-waiting, badly so when the cores are shared (7x slower measured).
+    with threadpool_limits(1, user_api="blas"):
+        try:
+            snap = _fit(observations, space, config, direction, seed, candidates, where, pending, constraints,
+                        directions)
+        except Exception as e:
+            if where != "cuda" or not devices.is_cuda_error(e):
+                raise
+            why = f"CUDA failed, refitted on the CPU: {type(e).__name__}: {str(e)[:300]}"
+            snap = _fit(observations, space, config, direction, seed, candidates, "cpu", pending, constraints,
+                        directions)
+    if why:
+        snap.meta["device_fallback"] = why
+    return snap
+
+
+class _Outcome:
+    """One modelled outcome of a fit: its warp, warped values, conformal fit (``conformalize``)."""
+
+    def __init__(self, values: np.ndarray, config: EngineConfig, make, X: np.ndarray, method: str,
+                 fit_seed: int) -> None:
+        self.warp = fit_warp(config.warp, values)
+        self.y = self.warp.forward(values)
+        self.cf = conformalize(make, X, self.y, method, fit_seed, k_folds=config.cv_folds,
+                               cal_fraction=config.cal_fraction, n_bootstraps=config.n_bootstraps)
+
+
+def _incumbent(y: np.ndarray, feasible: np.ndarray) -> float:
+    """What an improvement acquisition improves on (warped, minimised): the best feasible observed
+    value (the best of all when none is feasible)."""
+    rows = np.flatnonzero(feasible) if feasible.any() else np.arange(y.size)
+    return float(y[rows].min())
+
+
+def _fit(observations, space, config, direction, seed, candidates, device, pending=(), constraints=None,
+         directions=None) -> Snapshot:
+    t0 = time.perf_counter()
+    dirs = check_directions(directions) if directions is not None and len(directions) > 1 else (direction,)
+    signs = [sign_of(d) for d in dirs]
+    sign = signs[0]
+    n = len(observations)
+    if n < 4:
+        raise ValueError("fit needs at least 4 observations")
+    U = space.to_unit([p for p, _ in observations])
+    X = space.features(U)
+    levels = config.level_grid
+    method = schedule(n, config.conformalize_from, config.split_from, config.conformal)
+    rng = np.random.default_rng([seed, n, 7])
+    fit_seed = int(rng.integers(2**31))
+
+    def make():
+        return make_surrogate(config.surrogate, levels, fit_seed, device=device,
+                              **config.surrogate_options)
+
+    V = np.asarray([v for _, v in observations], dtype=float).reshape(n, len(dirs))
+    main = _Outcome(sign * V[:, 0], config, make, X, method, fit_seed)
+    warp, y, cf = main.warp, main.y, main.cf
+    objs = [_Outcome(signs[j] * V[:, j], config, make, X, method, fit_seed + 101 + j) for j in range(1, len(dirs))]
+    C = np.asarray(constraints, dtype=float).reshape(n, -1) if constraints is not None else np.empty((n, 0))
+    cons = [_Outcome(C[:, j], config, make, X, method, fit_seed + 1 + j) for j in range(C.shape[1])]
+    feasible = np.all(C <= 0, axis=1)
+    best = _incumbent(y, feasible)
+    thresholds = [float(o.warp.forward(0.0)) for o in cons]
+    Y = np.stack([main.y] + [o.y for o in objs], axis=1)  # (n, m): every objective, minimised, warped
+    # what the candidate set mutates: the best observations, by Pareto rank with several objectives
+    rank_y = y if not objs else multi.pareto_ranks(Y).astype(float)
+    mo = MultiScore(config, signs, Y, feasible, [warp] + [o.warp for o in objs], levels, rng) if objs else None
+
+    if candidates is None:
+        cand = candidate_set(space, U, np.where(feasible, rank_y, rank_y + np.ptp(rank_y) + 1.0), rng,
+                             n_candidates=config.n_candidates, top_k=config.top_k,
+                             mutation_fraction=config.mutation_fraction)
+        if cand.shape[0]:
+            extra = _searched(space, [cf.model] + [o.cf.model for o in objs], cand, U, rank_y, feasible, best,
+                              config, [(o.cf.model, t) for o, t in zip(cons, thresholds, strict=True)], mo,
+                              space.to_unit(list(pending)) if pending else None)
+            if extra.shape[0]:
+                cand = np.vstack([cand, extra])
+        if pending:
+            cand = _with_running(space, cand, pending)
+    else:
+        cand = space.snap(candidates)
+    Xc = space.features(cand)
+
+    def quantiles(model) -> np.ndarray:  # an exhausted small space leaves no candidate
+        return model.predict_quantiles(Xc) if Xc.shape[0] else np.empty((0, levels.size))
+
+    def f32(a: np.ndarray) -> np.ndarray:  # what storage keeps, so stored == in-memory
+        return a.astype(np.float32).astype(np.float64)
+
+    def spread(model) -> np.ndarray:
+        return model.predict_scale(Xc) if Xc.shape[0] else np.empty(0)
+
+    def outputs(c, objective: bool = True) -> dict[str, Any]:
+        """What a snapshot keeps of a conformal fit at the candidates."""
+        out = {"raw": None, "fold_raw": None, "scale": None, "fold_scale": None,
+               "scores": c.scores, "fold_of": c.fold_of, "signal": None}
+        if objective and Xc.shape[0]:
+            raw, signal = c.model.predict_quantiles_and_signal(Xc)
+            out["signal"] = f32(signal)
+        else:
+            raw = quantiles(c.model)
+        out["raw"] = f32(raw)
+        if c.fold_models is not None:
+            out["fold_raw"] = f32(np.stack([quantiles(m) for m in c.fold_models]))
+        if c.scaled:
+            out["scale"] = f32(spread(c.model))
+            if c.fold_models is not None:
+                out["fold_scale"] = f32(np.stack([spread(m) for m in c.fold_models]))
+        else:  # split with a refit: the correction carried to the shown model at each candidate
+            moved = c.transport(Xc, raw)
+            out["scale"] = None if moved is None else f32(moved)
+        return out
+
+    mine = outputs(cf)
+    raw = mine["raw"]
+    heads = [Head(kind="objective", best=_incumbent(o.y, feasible),
+                  sign=signs[j], warp=None if o.warp.identity else o.warp.to_dict(), **outputs(o.cf))
+             for j, o in enumerate(objs, start=1)]
+    heads += [Head(kind="constraint", threshold=t, warp=None if o.warp.identity else o.warp.to_dict(),
+                   **outputs(o.cf, objective=False)) for o, t in zip(cons, thresholds, strict=True)]
+    meta = {"device": cf.model.ran_on,
+            "crowd": crowd.fit_info(cf.model, cand, raw, [o.cf.model for o in objs])}
+    if not warp.identity:
+        meta["warp"] = warp.to_dict()
+    if cons:
+        meta["n_feasible"] = int(feasible.sum())
+    if objs:
+        meta["directions"] = list(dirs)
+    return Snapshot(
+        n_obs=n,
+        method=cf.method,
+        levels=levels,
+        candidates=cand,
+        raw=raw,
+        best=best,
+        observed=U,
+        scores=cf.scores,
+        fold_raw=mine["fold_raw"],
+        fold_of=cf.fold_of,
+        scale=mine["scale"],
+        fold_scale=mine["fold_scale"],
+        signal=mine["signal"],
+        surrogate=config.surrogate,
+        fit_seconds=time.perf_counter() - t0,
+        meta=meta,
+        heads=heads,
+        observed_y=Y if objs else None,
+        observed_ok=feasible if objs else None,
+    )
+
+
+# what fit's local search optimises for each acquisition: a deterministic stand-in for the sampled ones
+_SEARCHED = {"ts": "mean", "its": "mean", "obs": "mean"}
+
+
+def _searched(space: SearchSpace, models: Sequence[Any], cand: np.ndarray, U: np.ndarray, y: np.ndarray,
+              feasible: np.ndarray, best: float, config: EngineConfig, constraints: Sequence[tuple[Any, float]] = (),
+              mo: MultiScore | None = None, running: np.ndarray | None = None) -> np.ndarray:
+    """New candidates from a local search of the acquisition (on the fitted models' raw quantiles;
+    ``models``: one per objective, ``mo`` the multi-objective acquisition when there are several).
+
+    ``running``: the unit rows of the trials in flight. With GP models, the acquisition searched is
+    the one ``select`` will score: conditioned on them (``crowd.Fantasies``: each objective with its
+    own kernel, the running points believed at their medians), so the search climbs to what is
+    still worth asking, not to where the crowd already is.
+
+    Starts: the ``LOCAL_SEARCH`` best drawn candidates and the two best (feasible first; ``y``
+    ranks them) observed configurations; each descends the acquisition, weighed by the probability
+    of feasibility under each constraint model, by one-coordinate moves (``candidates.local_search``).
+    Returns the points reached that are neither observed nor drawn already. The calibrated
+    acquisition at the current alpha is select's: these only give it better places to choose from.
+    """
+    name = "logei" if mo is not None else _SEARCHED.get(config.acquisition, config.acquisition)
+    levels = config.level_grid
+    dummy = np.random.default_rng(0)
+
+    narrowed = narrows(config, several=mo is not None)
+
+    def predicted(model, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The raw quantiles, and what select scores of them (``scoring.scored``)."""
+        if not narrowed:
+            raw = model.predict_quantiles(feats)
+            return raw, raw
+        raw, signal = model.predict_quantiles_and_signal(feats)
+        return raw, crowd.narrow(raw, signal)
+
+    fantasies = None  # select's believer needs the first objective's GP kernel: without it, nothing to condition on
+    if running is not None and len(running):
+        kernels = [crowd.kernel_of(m) for m in models]
+        if kernels[0] is not None:
+            run_feats = space.features(running)
+            fantasies = crowd.Fantasies(kernels, run_feats, [predicted(m, run_feats) for m in models], levels)
+            best = fantasies.best(best)
+
+    def score(rows: np.ndarray) -> np.ndarray:
+        feats = space.features(rows)
+        pred = [predicted(m, feats) for m in models]
+        Qs = [Q for _, Q in pred] if fantasies is None else fantasies.narrowed(feats, pred)
+        if mo is not None:
+            sc = mo(Qs, believed=None if fantasies is None else fantasies.points)
+        else:
+            sc = acq.score(name, Qs[0], levels, best=best, rng=dummy)
+        if constraints:
+            log_pf = sum(acq.log_prob_below(m.predict_quantiles(feats), levels, t) for m, t in constraints)
+            sc = with_feasibility(sc, log_pf, name, any_feasible=bool(feasible.any()))
+        return sc
+
+    sc = score(cand)
+    top = cand[np.argsort(sc, kind="stable")[:LOCAL_SEARCH]]
+    order = np.lexsort((y, ~feasible))  # feasible first, then by value
+    starts = np.vstack([top, U[order[:2]]])
+    found = local_search(space, score, starts)
+    taken = set(space.keys(cand)) | set(space.keys(U))
+    keep, seen = [], set()
+    for row, k in zip(found, space.keys(found), strict=True):
+        if k not in taken and k not in seen:
+            seen.add(k)
+            keep.append(row)
+    return np.array(keep).reshape(-1, space.dim)
+
+
+def _with_running(space: SearchSpace, cand: np.ndarray, pending: Sequence[dict[str, Any]]) -> np.ndarray:
+    """The candidate set plus the running configurations it lacks."""
+    have = set(space.keys(cand))
+    run = space.to_unit(list(pending))
+    new = [i for i, k in enumerate(space.keys(run)) if k not in have]
+    return np.vstack([cand, run[new]]) if new else cand

@@ -1,0 +1,74 @@
+"""A study's outcomes: directions, objective values and constraint names, checked at the boundary."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .config import MAX_OBJECTIVES
+from .errors import ConfigError, FieldError
+from .limits import MAX_PARAM_NAME, check_text
+from .space import ParamError
+
+DIRECTIONS = ("minimize", "maximize")
+MAX_CONSTRAINTS = 16  # outcome constraints of a study
+
+
+def sign_of(direction: str) -> float:
+    """+1 to minimise, -1 to maximise: the engine works on minimised values."""
+    if direction not in DIRECTIONS:
+        raise ConfigError("direction", "must be 'minimize' or 'maximize'")
+    return 1.0 if direction == "minimize" else -1.0
+
+
+def check_constraint_names(names: Any) -> tuple[str, ...]:
+    """Constraint names: distinct, printable, at most ``MAX_CONSTRAINTS``; ConfigError naming the field."""
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise ConfigError("constraints", "must be a list of constraint names")
+    if len(names) > MAX_CONSTRAINTS:
+        raise ConfigError("constraints", f"at most {MAX_CONSTRAINTS} constraints (got {len(names)})")
+    out = []
+    for i, n in enumerate(names):
+        try:
+            out.append(check_text(n, f"constraints.{i}", MAX_PARAM_NAME))
+        except FieldError as e:
+            raise ConfigError(e.field, e.message) from None
+    if len(set(out)) != len(out):
+        raise ConfigError("constraints", "constraint names must be distinct")
+    return tuple(out)
+
+
+def check_directions(directions: Any) -> tuple[str, ...]:
+    """A multi-objective study's directions: 2 to ``MAX_OBJECTIVES`` of minimize / maximize."""
+    if isinstance(directions, str) or not isinstance(directions, (list, tuple)):
+        raise ConfigError("directions", "must be a list of 'minimize' / 'maximize', one per objective")
+    if not 2 <= len(directions) <= MAX_OBJECTIVES:
+        raise ConfigError("directions", f"must name 2 to {MAX_OBJECTIVES} objectives (got {len(directions)})")
+    for i, d in enumerate(directions):
+        if d not in DIRECTIONS:
+            raise ConfigError(f"directions.{i}", "must be 'minimize' or 'maximize'")
+    return tuple(directions)
+
+
+def check_values(values: Any, m: int, field: str = "values") -> list[float]:
+    """One finite number per objective; ParamError naming ``field`` (and the position) otherwise."""
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__") or len(values) != m:
+        raise ParamError(field, f"must be a list of {m} numbers, one per objective")
+    out = []
+    for i, v in enumerate(values):
+        try:
+            out.append(check_value(v))
+        except ParamError as e:
+            raise ParamError(f"{field}.{i}", e.message) from None
+    return out
+
+
+def check_value(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ParamError("value", "must be a number")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ParamError("value", "must be finite (no NaN or infinity)")
+    return v

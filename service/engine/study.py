@@ -1,0 +1,88 @@
+"""``StudySpec``: what a study is to the engine, read once from its stored definition.
+
+The service stores a study's definition as data (space, direction or directions, seed, engine
+settings, constraint names); the fit workers, the service and the Optuna sampler read it here, so
+that every home fits, starts and adapts a study the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import EngineConfig, migrate
+from .fit import fit
+from .outcomes import sign_of
+from .snapshot import Snapshot
+from .space import SearchSpace
+from .state import StudyState
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What a fit of a study hands its home: the snapshot's binary form and what the study's status
+    reports of it (``to_dict`` crosses a process boundary as plain data)."""
+
+    n_obs: int
+    method: str
+    fit_seconds: float
+    device: str
+    snapshot: bytes
+    device_fallback: str | None = None  # why a CUDA fit was refitted on the CPU
+
+    @classmethod
+    def of(cls, snap: Snapshot) -> FitResult:
+        return cls(snap.n_obs, snap.method, snap.fit_seconds, snap.meta.get("device", "cpu"), snap.to_bytes(),
+                   snap.meta.get("device_fallback"))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"n_obs": self.n_obs, "fit_seconds": self.fit_seconds, "method": self.method, "device": self.device,
+               "snapshot": self.snapshot}
+        if self.device_fallback:
+            out["device_fallback"] = self.device_fallback
+        return out
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A study's space, outcomes, seed and engine settings."""
+
+    space: SearchSpace
+    config: EngineConfig
+    directions: tuple[str, ...] = ("minimize",)  # one per objective
+    seed: int = 0
+    constraints: tuple[str, ...] = ()  # outcome constraint names: feasible when each value <= 0
+    removed: dict[str, Any] = field(default_factory=dict)  # removed settings the stored definition named
+
+    @classmethod
+    def from_definition(cls, d: dict[str, Any]) -> StudySpec:
+        """A stored definition (``{"space", "direction", "directions"?, "seed", "config",
+        "constraints"?}``); settings that are no longer settings load as their constants
+        (``removed`` lists those named with another value)."""
+        settings, removed = migrate(d["config"])
+        directions = tuple(d.get("directions") or (d["direction"],))
+        for x in directions:
+            sign_of(x)
+        return cls(SearchSpace.from_dict(d["space"]), EngineConfig.from_dict(settings), directions,
+                   int(d["seed"]), tuple(d.get("constraints") or ()), removed)
+
+    @property
+    def direction(self) -> str:
+        return self.directions[0]
+
+    @property
+    def multi(self) -> bool:
+        return len(self.directions) > 1
+
+    def initial_state(self) -> StudyState:
+        return StudyState.initial(self.config, self.seed, len(self.directions), len(self.constraints))
+
+    def warmed_up(self, n_observed: int, n_running: int = 0) -> bool:
+        return self.config.warmed_up(n_observed, n_running)
+
+    def fit(self, observations: Sequence[tuple[dict[str, Any], Any]], pending: Sequence[dict[str, Any]] = (),
+            constraints: Sequence[Sequence[float]] | None = None, device: str | None = None) -> Snapshot:
+        """``engine.fit`` of this study on ``observations`` (and the running ``pending``)."""
+        return fit(observations, self.space, self.config, self.direction, self.seed, device=device,
+                   pending=pending, constraints=constraints, directions=self.directions if self.multi else None)

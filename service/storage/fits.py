@@ -1,0 +1,78 @@
+"""Fits: what a fit reads, the snapshots it writes, and the studies that need one."""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, select, update
+
+from ..errors import NotFound
+from .info import FitInputs, now
+from .models import SnapshotRow, StudyRow, TrialRow
+
+SNAPSHOTS_KEPT = 3  # newest snapshots per study; older ones are deleted when a fit lands
+
+
+class FitQueries:
+    """:class:`~calibo.server.storage.Storage`'s fit methods, mixed into it (they use its
+    ``_read``, ``_write`` and ``locked``)."""
+
+    def fit_inputs(self, study_id: int) -> FitInputs | None:
+        """What a fit of ``study_id`` needs, or None if the study is gone."""
+        with self._read() as s:
+            row = s.execute(select(StudyRow.definition, StudyRow.snapshot_n_obs)
+                            .where(StudyRow.id == study_id)).first()
+            if row is None:
+                return None
+            # pruned trials feed the fit with their last value only when the study's pruner says so
+            fed = ("complete", "pruned") if (row[0].get("pruner") or {}).get("feed_pruned") else ("complete",)
+            constrained = bool(row[0].get("constraints"))
+            several = bool(row[0].get("directions"))  # a multi-objective study: each value is a list
+            obs = s.execute(select(TrialRow.params, TrialRow.value, TrialRow.constraints, TrialRow.values)
+                            .where(TrialRow.study_id == study_id, TrialRow.state.in_(fed),
+                                   TrialRow.value.is_not(None))
+                            .order_by(TrialRow.number))
+            observations, constraints = [], []
+            for p, v, c, vs in obs:
+                if (constrained and c is None) or (several and vs is None):  # a pruned trial told without them
+                    continue
+                observations.append((p, [float(x) for x in vs] if several else float(v)))
+                constraints.append([float(x) for x in c or ()])
+            running = s.execute(select(TrialRow.params)
+                                .where(TrialRow.study_id == study_id, TrialRow.state == "running")
+                                .order_by(TrialRow.number)).scalars().all()
+            return FitInputs(row[0], observations, row[1], list(running),
+                             constraints if constrained else None)
+
+    def save_snapshot(self, study_id: int, *, n_obs: int, method: str, fit_seconds: float,
+                      data: bytes, device: str | None = None) -> int | None:
+        """Store a fit's snapshot if it is newer than the study's; return its version."""
+        try:
+            with self.locked(study_id) as tx:
+                st = tx.study
+                if n_obs <= st.snapshot_n_obs:
+                    return None
+                version = st.snapshot_version + 1
+                tx.session.add(SnapshotRow(study_id=study_id, version=version, n_obs=n_obs, method=method,
+                                           fit_seconds=fit_seconds, device=device, created_at=now(),
+                                           data=data))
+                st.snapshot_version = version
+                st.snapshot_n_obs = n_obs
+                st.fitted_at = now()
+                st.fit_error = None
+                tx.session.execute(delete(SnapshotRow).where(SnapshotRow.study_id == study_id,
+                                                             SnapshotRow.version <= version - SNAPSHOTS_KEPT))
+                return version
+        except NotFound:
+            return None  # deleted while it was being fitted
+
+    def record_fit_error(self, study_id: int, message: str) -> None:
+        with self._write() as s:
+            s.execute(update(StudyRow).where(StudyRow.id == study_id).values(fit_error=message[:4000]))
+
+    def studies_needing_fit(self, min_obs: int = 4, skip_failed: bool = False) -> list[int]:
+        """Studies whose newest snapshot lags their completed trials (e.g. after a restart); with
+        ``skip_failed``, not those whose last fit failed (they are fitted again at their next tell)."""
+        q = select(StudyRow.id).where(StudyRow.n_complete > StudyRow.snapshot_n_obs, StudyRow.n_complete >= min_obs)
+        if skip_failed:
+            q = q.where(StudyRow.fit_error.is_(None))
+        with self._read() as s:
+            return list(s.scalars(q))

@@ -1,0 +1,92 @@
+"""What the storage hands out, detached from any session (a study with its counts, a fit's inputs,
+a running trial), and the rules it keeps about trials and times."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ..errors import Conflict
+from .models import TrialRow
+
+EXPIRED = "heartbeat timeout"  # the ``reason`` recorded on a running trial failed for silence
+
+
+def expired(trial: TrialRow) -> bool:
+    """Failed by the service because its worker fell silent, not told by anyone."""
+    return trial.state == "failed" and (trial.record or {}).get("reason") == EXPIRED
+
+
+def not_alive(trial: TrialRow, timeout: float) -> Conflict:
+    """The answer to a sign of life of a trial that is no longer running (``StudyTx.keep_alive``)."""
+    if expired(trial):
+        return Conflict(f"trial {trial.id} expired: no heartbeat for over {timeout:g} s; its result "
+                        "can still be told", field="trial_id", code="trial_expired")
+    return Conflict(f"trial {trial.id} is already {trial.state}", field="trial_id", code="trial_finished")
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def as_utc(t: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; everything calibo stores is UTC."""
+    if t is None:
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+@dataclass
+class StudyInfo:
+    """A study row with its trial counts, detached from any session."""
+
+    id: int
+    name: str
+    definition: dict[str, Any]
+    created_at: datetime
+    next_number: int
+    n_complete: int
+    state: dict[str, Any]  # the engine's StudyState.to_dict()
+    best_trial_id: int | None
+    best_value: float | None
+    snapshot_version: int
+    snapshot_n_obs: int
+    fitted_at: datetime | None
+    fit_error: str | None
+    counts: dict[str, int]
+    best_trial: dict[str, Any] | None = None
+    fit_seconds: float | None = None
+    fit_method: str | None = None
+    fit_device: str | None = None
+    user_attrs: dict[str, Any] | None = None
+
+
+@dataclass
+class FitInputs:
+    definition: dict[str, Any]
+    observations: list[tuple[dict[str, Any], float]]  # completed trials, by trial number
+    snapshot_n_obs: int
+    running: list[dict[str, Any]] = field(default_factory=list)  # params of the running trials, by number
+    constraints: list[list[float]] | None = None  # each observation's constraint values (constrained studies)
+
+
+def best_trial_of(t: TrialRow) -> dict[str, Any]:
+    """What a study view says of its best trial."""
+    return {"id": t.id, "number": t.number, "params": t.params, "value": t.value, "constraints": t.constraints,
+            "values": t.values}
+
+
+def feasible(constraints: Sequence[float] | None) -> bool:
+    """A trial is feasible when every constraint value it was told is <= 0 (Optuna's convention)."""
+    return all(c <= 0 for c in constraints or ())
+
+
+@dataclass
+class RunningTrial:
+    id: int
+    number: int
+    params: dict[str, Any]
+    asked_at: datetime
+    heartbeat_at: datetime | None

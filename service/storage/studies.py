@@ -1,0 +1,154 @@
+"""Studies: create (idempotent by name), find, list, describe, delete."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from ..errors import Conflict, NotFound
+from .info import StudyInfo, as_utc, best_trial_of, now
+from .models import TRIAL_STATES, IntermediateRow, SnapshotRow, StudyRow, TrialRow
+
+
+def _info(row: StudyRow, counts: dict[str, int]) -> StudyInfo:
+    full = {s: 0 for s in TRIAL_STATES} | counts
+    full["total"] = sum(full[s] for s in TRIAL_STATES)
+    return StudyInfo(
+        id=row.id, name=row.name, definition=row.definition, created_at=as_utc(row.created_at),
+        next_number=row.next_number, n_complete=row.n_complete, state=row.state,
+        best_trial_id=row.best_trial_id, best_value=row.best_value,
+        snapshot_version=row.snapshot_version, snapshot_n_obs=row.snapshot_n_obs,
+        fitted_at=as_utc(row.fitted_at), fit_error=row.fit_error, counts=full,
+        user_attrs=row.user_attrs,
+    )
+
+
+class StudyQueries:
+    """:class:`~calibo.server.storage.Storage`'s study methods, mixed into it (they use its
+    ``_read``, ``_write`` and ``locked``)."""
+
+    def create_study(self, name: str, definition: dict[str, Any], state: dict[str, Any],
+                     user_attrs: dict[str, Any] | None = None) -> tuple[StudyInfo, bool]:
+        """Create, or return the existing study if its definition is identical.
+
+        Returns ``(study, created)``; a different definition under the same name
+        is a Conflict.
+        """
+        existing = self._by_name(name)
+        if existing is None:
+            try:
+                with self._write() as s:
+                    row = StudyRow(name=name, definition=definition, created_at=now(), next_number=0,
+                                   n_complete=0, state=state, snapshot_version=0, snapshot_n_obs=0,
+                                   user_attrs=user_attrs or None)
+                    s.add(row)
+                    s.flush()
+                    study_id = row.id
+                return self.get_study(study_id), True
+            except IntegrityError:  # a concurrent create of the same name won the race
+                existing = self._by_name(name)
+                if existing is None:
+                    raise
+        if existing.definition != definition:
+            raise Conflict(f"a study named {name!r} exists with a different definition", field="name",
+                           code="name_conflict")
+        return self.get_study(existing.id), False
+
+    def _by_name(self, name: str) -> StudyRow | None:
+        with self._read() as s:
+            return s.scalar(select(StudyRow).where(StudyRow.name == name))
+
+    def exists(self, name: str) -> bool:
+        with self._read() as s:
+            return s.scalar(select(StudyRow.id).where(StudyRow.name == name)) is not None
+
+    def study_id(self, name: str) -> int:
+        """The id of the study named ``name``; NotFound naming it."""
+        with self._read() as s:
+            sid = s.scalar(select(StudyRow.id).where(StudyRow.name == name))
+        if sid is None:
+            raise NotFound(f"no study named {name!r}", field="study")
+        return sid
+
+    def set_study_attrs(self, study_id: int, attrs: dict[str, Any]) -> None:
+        """Merge ``attrs`` into the study's user attributes."""
+        with self.locked(study_id) as tx:
+            tx.study.user_attrs = {**(tx.study.user_attrs or {}), **attrs}
+
+    def _counts(self, s: Session, study_ids: Sequence[int] | None = None) -> dict[int, dict[str, int]]:
+        q = select(TrialRow.study_id, TrialRow.state, func.count()).group_by(TrialRow.study_id, TrialRow.state)
+        if study_ids is not None:
+            q = q.where(TrialRow.study_id.in_(study_ids))
+        out: dict[int, dict[str, int]] = {}
+        for sid, state, n in s.execute(q):
+            out.setdefault(sid, {})[state] = n
+        return out
+
+    def get_study(self, study_id: int) -> StudyInfo:
+        with self._read() as s:
+            row = s.get(StudyRow, study_id)
+            if row is None:
+                raise NotFound(f"study {study_id} not found", field="study")
+            info = _info(row, self._counts(s, [study_id]).get(study_id, {}))
+            if row.best_trial_id is not None:
+                best = s.get(TrialRow, row.best_trial_id)
+                if best is not None:
+                    info.best_trial = best_trial_of(best)
+            snap = s.execute(
+                select(SnapshotRow.fit_seconds, SnapshotRow.method, SnapshotRow.device)
+                .where(SnapshotRow.study_id == study_id, SnapshotRow.version == row.snapshot_version)
+            ).first()
+            if snap is not None:
+                info.fit_seconds, info.fit_method, info.fit_device = snap
+            return info
+
+    def list_studies(self, limit: int = 100, offset: int = 0, name: str | None = None
+                     ) -> tuple[list[StudyInfo], int]:
+        """A page of studies by id (optionally only the one named ``name``), and how many there are."""
+        with self._read() as s:
+            where = [StudyRow.name == name] if name is not None else []
+            total = s.scalar(select(func.count()).select_from(StudyRow).where(*where)) or 0
+            rows = list(s.scalars(select(StudyRow).where(*where).order_by(StudyRow.id).limit(limit).offset(offset)))
+            counts = self._counts(s, [r.id for r in rows])
+            best_ids = [r.best_trial_id for r in rows if r.best_trial_id is not None]
+            best = {t.id: t for t in s.scalars(select(TrialRow).where(TrialRow.id.in_(best_ids)))} if best_ids else {}
+            out = []
+            for r in rows:
+                info = _info(r, counts.get(r.id, {}))
+                t = best.get(r.best_trial_id)
+                if t is not None:
+                    info.best_trial = best_trial_of(t)
+                out.append(info)
+            return out, int(total)
+
+    def definition(self, study_id: int) -> dict[str, Any]:
+        with self._read() as s:
+            d = s.scalar(select(StudyRow.definition).where(StudyRow.id == study_id))
+        if d is None:
+            raise NotFound(f"study {study_id} not found", field="study")
+        return d
+
+    def delete_study(self, study_id: int) -> None:
+        with self._write() as s:
+            if s.get(StudyRow, study_id) is None:
+                raise NotFound(f"study {study_id} not found", field="study")
+            # explicit, so the cascade does not depend on the database's FK enforcement
+            s.execute(delete(SnapshotRow).where(SnapshotRow.study_id == study_id))
+            s.execute(delete(IntermediateRow).where(IntermediateRow.study_id == study_id))
+            s.execute(delete(TrialRow).where(TrialRow.study_id == study_id))
+            s.execute(delete(StudyRow).where(StudyRow.id == study_id))
+
+    def progress(self, study_id: int) -> tuple[int, int, int]:
+        """``(completed trials, observations in the newest snapshot, running trials)``."""
+        with self._read() as s:
+            row = s.execute(select(StudyRow.n_complete, StudyRow.snapshot_n_obs)
+                            .where(StudyRow.id == study_id)).first()
+            if row is None:
+                raise NotFound(f"study {study_id} not found", field="study")
+            running = s.scalar(select(func.count()).select_from(TrialRow)
+                               .where(TrialRow.study_id == study_id, TrialRow.state == "running"))
+            return row[0], row[1], int(running or 0)

@@ -1,0 +1,105 @@
+"""Trials that did not come from an ask: enqueued configurations, trials evaluated elsewhere
+(added, with their outcomes), and the copy of a study."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from calibo.engine.errors import FieldError
+
+from ..errors import Conflict, InvalidRequest
+from ..storage import StudyInfo
+from .definitions import StudyDef, check_name
+from .outcomes import check_constraints, check_outcome
+from .views import trial_view
+
+MAX_ADDED = 1000  # trials one add request may carry
+
+
+def _enqueued_view(t: Any) -> dict[str, Any]:
+    return {"id": t.id, "number": t.number, "params": t.params, "state": t.state, "origin": t.origin or "asked",
+            "user_attrs": t.user_attrs or {}}
+
+
+class AddedTrials:
+    """:class:`StudyService`'s enqueue, add and copy (mixed into it)."""
+
+    def enqueue(self, study_id: int, params: dict[str, Any], skip_if_exists: bool = True,
+                user_attrs: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+        """Queue ``params`` (all of a configuration, or some) for the next asks; ``(trial, created)``.
+
+        With ``skip_if_exists``, a trial whose parameters already include these values (enqueued,
+        running or finished) is answered instead of a new one.
+        """
+        sd = self.study(study_id)
+        try:
+            params = sd.space.validate_partial(params)
+        except FieldError as e:
+            raise InvalidRequest(e.message, field=f"params.{e.field}" if e.field != "params" else "params") from None
+        complete = sd.space.complete(params)
+        with self.storage.locked(study_id) as tx:
+            if skip_if_exists:
+                same = tx.trials_with_params(params)
+                if same:
+                    return _enqueued_view(same[0]), False
+            (row,) = tx.add_trials([{"params": params, "ukey": sd.space.key(params).hex() if complete else "",
+                                     "origin": "enqueued", "user_attrs": user_attrs}], state="waiting")
+            return {"id": row["id"], "number": row["number"], "params": params, "state": "waiting",
+                    "origin": "enqueued", "user_attrs": user_attrs or {}}, True
+
+    def add(self, study_id: int, trials: list[dict[str, Any]], origin: str = "added") -> list[dict[str, Any]]:
+        """Record trials evaluated elsewhere (``params`` and ``value``, or ``state: failed``; a
+        constrained study's ``constraints``; ``user_attrs``): they count in the next fit and the best
+        trial, and, having no prediction, never move the calibration state. All or none are stored."""
+        sd = self.study(study_id)
+        if not 1 <= len(trials) <= MAX_ADDED:
+            raise InvalidRequest(f"1 to {MAX_ADDED} trials per request (got {len(trials)})", field="trials")
+        specs = [self._added_spec(sd, t, f"trials.{i}") for i, t in enumerate(trials)]
+        with self.storage.locked(study_id) as tx:
+            rows = tx.add_finished(specs, lambda v: sd.better(v, tx.study.best_value))
+            views = [trial_view(r) for r in rows]
+            n_complete = tx.study.n_complete
+        if any(spec["state"] == "complete" for spec in specs) and self._warmed_up(sd, n_complete) \
+                and self.fits is not None:
+            self.fits.request(study_id)
+        return views
+
+    def _added_spec(self, sd: StudyDef, trial: dict[str, Any], where: str) -> dict[str, Any]:
+        state = trial.get("state") or "complete"
+        if state not in ("complete", "failed", "pruned"):
+            raise InvalidRequest("must be complete, failed or pruned", field=f"{where}.state")
+        try:
+            params = sd.space.validate(trial.get("params"))
+        except FieldError as e:
+            raise InvalidRequest(e.message, field=f"{where}.params.{e.field}" if e.field != "params"
+                                 else f"{where}.params") from None
+        try:
+            value, values = check_outcome(sd, state, trial.get("value"), trial.get("values"))
+            constraints = check_constraints(sd, state, trial.get("constraints"))
+        except InvalidRequest as e:
+            raise InvalidRequest(e.message, field=f"{where}.{e.field}") from None
+        return {"params": params, "ukey": sd.space.key(params).hex(), "state": state, "value": value,
+                "values": values, "constraints": constraints, "user_attrs": trial.get("user_attrs"), "origin": trial.get("origin", "added")}
+
+    def copy(self, study_id: int, name: str, user_attrs: dict[str, Any] | None = None) -> tuple[StudyInfo, int]:
+        """A new study named ``name`` with the same definition and every finished trial of this one
+        (copied: their values, constraints and attributes, no predictions); ``(study, trials copied)``."""
+        check_name(name)
+        src = self.storage.get_study(study_id)
+        if self.storage.exists(name):
+            raise Conflict(f"a study named {name!r} exists", field="name", code="name_conflict")
+        info, _ = self._create(name, src.definition, user_attrs)
+        rows = self.storage.finished_trials(study_id)
+        specs = [{"params": r.params, "ukey": r.ukey, "state": r.state, "value": r.value, "values": r.values,
+                  "constraints": r.constraints, "user_attrs": r.user_attrs, "origin": "copied"} for r in rows]
+        sd = self.study(info.id)
+        try:
+            for lo in range(0, len(specs), MAX_ADDED):
+                with self.storage.locked(info.id) as tx:
+                    tx.add_finished(specs[lo : lo + MAX_ADDED], lambda v: sd.better(v, tx.study.best_value))
+        except BaseException:  # a copy is whole or absent: never half a study under the new name
+            self.delete(info.id)
+            raise
+        if sd.config.warmed_up(sum(r.state == "complete" for r in rows)) and self.fits is not None:
+            self.fits.request(info.id)
+        return self.storage.get_study(info.id), len(specs)

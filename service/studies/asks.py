@@ -1,0 +1,131 @@
+"""The ask inside a study's locked transaction: retried asks answered from their key, enqueued
+trials handed out first, then the engine's select on the study's snapshot and adaptive state."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from calibo.engine import StudyState, select
+
+from ..errors import Conflict
+from ..storage import StudyTx, now
+from .definitions import StudyDef
+from .views import asked_view
+
+# an ask queued for the study's write batch: (count, worker_id, Idempotency-Key, user_attrs)
+AskItem = tuple[int, str | None, str | None, dict[str, Any] | None]
+
+
+class AskSteps:
+    """:class:`StudyService`'s ask steps (mixed into it: they use its storage, caches and settings)."""
+
+    def _ask_in(self, tx: StudyTx, sd: StudyDef, items: list[AskItem]) -> list[Any]:
+        out: list[Any] = [None] * len(items)
+        # retried asks: answer what their key created (earlier, or earlier in this batch)
+        keyed = {k for _, _, k, _ in items if k is not None}
+        done = {k: [asked_view(t) for t in ts] for k, ts in tx.asked_with(list(keyed)).items()} if keyed else {}
+        fresh, first_of = [], {}
+        for i, (_, _, key, _) in enumerate(items):
+            if key in done:
+                out[i] = done[key]
+            elif key is not None and key in first_of:
+                continue  # the same key twice in one batch: answered with the first, below
+            else:
+                if key is not None:
+                    first_of[key] = i
+                fresh.append(i)
+        if fresh:
+            for i, answer in zip(fresh, self._ask_fresh(tx, sd, [items[i] for i in fresh]), strict=True):
+                out[i] = answer
+        for i, (_, _, key, _) in enumerate(items):
+            if out[i] is None:
+                out[i] = out[first_of[key]]
+        return out
+
+    def _ask_fresh(self, tx: StudyTx, sd: StudyDef, items: list[AskItem]) -> list[Any]:
+        """Select and record new trials for ``items``: one answer (trials, or an error) per item.
+
+        Enqueued trials go first, oldest first, each to exactly one ask (they are handed out inside
+        the study's locked transaction); a partly enqueued one takes the rest of its parameters from
+        the select (and, not chosen on a prediction, has none).
+        """
+        study_id = sd.id
+        st = tx.study
+        total = sum(c for c, _, _, _ in items)
+        waiting = tx.waiting_trials(total)
+        fixed = [t for t in waiting if sd.space.complete(t.params)]
+        running = tx.running_trials()
+        running = tx.fail_stale(running, now() - timedelta(seconds=self.heartbeat_timeout(sd)))
+        suggestions = []
+        state = StudyState.from_dict(st.state)
+        if total > len(fixed):
+            snap = self._snapshot(tx.snapshot_data, study_id, st.snapshot_version) if st.snapshot_version else None
+            suggestions = select(
+                snap, state, sd.space, sd.config, count=total - len(fixed),
+                direction=sd.direction, asked=st.next_number,
+                pending=[t.params for t in running] + [t.params for t in fixed],
+                exclude_keys=self._finished_keys(tx),  # warm-up: select reads the snapshot's n_obs
+            )
+        specs, rows = [], []
+        rng = state.fill_rng(st.next_number)
+        donors = iter(suggestions)
+        for t in waiting:  # enqueued trials first, in order
+            params = t.params if sd.space.complete(t.params) else None
+            if params is None:
+                donor = next(donors, None)
+                params = sd.space.fill(t.params, donor.params if donor is not None else {}, rng)
+            specs.append({"params": params, "ukey": sd.space.key(params).hex(), "prediction": None,
+                          "points": None, "snapshot_version": None, "trial": t})
+        for s in donors:
+            pred, points = s.prediction.to_storage() if s.prediction is not None else (None, None)
+            specs.append({"params": s.params, "ukey": sd.space.key(s.params).hex(), "prediction": pred,
+                          "points": points, "snapshot_version": st.snapshot_version if pred is not None else None,
+                          "shown": None if s.prediction is None else s.prediction.public()})
+        # the batch's trials go to its asks in arrival order
+        owners: list[int] = []
+        for j, (count, worker_id, key, attrs) in enumerate(items):
+            for _ in range(count):
+                if len(owners) < len(specs):
+                    spec = specs[len(owners)]
+                    spec["worker_id"] = worker_id
+                    spec["ask_key"] = key
+                    if attrs:
+                        spec["user_attrs"] = attrs
+                    owners.append(j)
+        new = [spec for spec in specs if "trial" not in spec]
+        made = iter(tx.add_trials(new))
+        for spec in specs:
+            t = spec.pop("trial", None)
+            if t is not None:
+                tx.assign(t, spec)
+                rows.append({"id": t.id, "number": t.number, "origin": t.origin, "user_attrs": t.user_attrs})
+            else:
+                rows.append({**next(made), "user_attrs": spec.get("user_attrs")})
+        answers: list[Any] = [[] for _ in items]
+        for j, r, spec in zip(owners, rows, specs, strict=True):
+            trial = {"id": r["id"], "number": r["number"], "study_id": study_id, "params": spec["params"],
+                     "prediction": spec.get("shown")}
+            if r.get("origin"):
+                trial["origin"] = r["origin"]
+            if r.get("user_attrs"):
+                trial["user_attrs"] = r["user_attrs"]
+            answers[j].append(trial)
+        return [trials or Conflict("every configuration of the space has been tried or is running",
+                                   field="count", code="space_exhausted") for trials in answers]
+
+    def _finished_keys(self, tx: StudyTx) -> set[bytes]:
+        """Keys of the study's finished trials, read incrementally by finishing order.
+
+        Called under the study's lock. The database numbers the finishing order, so
+        the cache is exact however many replicas tell; it may read this batch's own
+        uncommitted tells, and ``_write_batch`` drops it when the transaction fails.
+        """
+        sid = tx.study.id
+        seq, keys = self._finished.get(sid, (0, set()))
+        if seq < tx.study.finish_seq:
+            for k, n in tx.finished_keys_since(seq):
+                keys.add(bytes.fromhex(k))
+                seq = max(seq, n)
+            self._finished[sid] = (seq, keys)
+        return keys

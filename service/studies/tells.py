@@ -1,0 +1,68 @@
+"""The tells of one write batch inside a study's locked transaction: each trial finished once (a
+repeated tell changes nothing), the engine's ``StudyState.adapt`` on the prediction stored at ask,
+the new state stored once for the batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from calibo.engine import Prediction, StudyState
+
+from ..errors import Conflict, NotFound
+from ..storage import StudyTx, expired, feasible
+from .definitions import StudyDef
+from .outcomes import same_value
+from .views import trial_view
+
+
+class TellSteps:
+    """:class:`StudyService`'s tell step (mixed into it)."""
+
+    def _tell_in(self, tx: StudyTx, sd: StudyDef, items: list[tuple]) -> list[Any]:
+        study_id = sd.id
+        out: list[Any] = []
+        trials = tx.trials([item[0] for item in items])
+        adaptive = None  # loaded at the first completion, adapted tell by tell, stored once
+        adapted = False
+        for trial_id, value, state, constraints, attrs, values in items:
+            trial = trials.get(trial_id)
+            if trial is None:
+                out.append(NotFound(f"trial {trial_id} not found in study {study_id}", field="trial_id"))
+                continue
+            if trial.state == "waiting":
+                out.append(Conflict(f"trial {trial.number} is enqueued: an ask hands it out before it can be told",
+                                    field="trial_id", code="trial_waiting"))
+                continue
+            # a trial expired for silence is still running as far as its worker knows:
+            # its tell is recorded (late, not lost); only a failed one changes nothing
+            late = expired(trial)
+            if late and state == "failed":
+                out.append((trial_view(trial), False))
+                continue
+            if trial.state != "running" and not late:
+                if trial.state == state and same_value(trial.value, value) and \
+                        (constraints is None or trial.constraints == constraints) and \
+                        (values is None or trial.values == values):
+                    out.append((trial_view(trial), False))
+                    continue
+                told = f"{trial.state}" + (f" with value {trial.value!r}" if trial.value is not None else "")
+                out.append(Conflict(f"trial {trial.number} already finished as {told}",
+                                    field="state" if trial.state != state else "value",
+                                    code="trial_finished"))
+                continue
+            if state == "complete":
+                pred = None if trial.prediction is None else Prediction.from_storage(trial.prediction, trial.points)
+                if adaptive is None:
+                    adaptive = StudyState.from_dict(tx.study.state)
+                adaptive, record = adaptive.adapt(pred, values if sd.multi else value, constraints)
+                adapted = adapted or record is not None
+                better = feasible(constraints) and sd.better(value, tx.study.best_value)
+                tx.finish(trial, "complete", value, None if record is None else record.to_dict(), better, constraints=constraints, values=values,
+                          user_attrs=attrs)
+            else:
+                tx.finish(trial, state, value, constraints=constraints, user_attrs=attrs)
+            out.append((trial_view(trial), True))
+        if adapted:
+            tx.set_state(adaptive.to_dict())
+        n_complete = tx.study.n_complete
+        return [r if isinstance(r, Exception) else (*r, n_complete) for r in out]
