@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= server,optuna,test
 
 
-.PHONY: run demo test docs lint bench bench-search bench-service bench-load bench-crowd-live bench-cluster bench-calibration bench-surrogates bench-crowd bench-fit-time bench-device-paths bench-calibrated-bo bench-multifidelity clean venv
+.PHONY: run demo test test-fast docs lint bench bench-search bench-service bench-load bench-crowd-live bench-cluster bench-calibration bench-surrogates bench-crowd bench-fit-time bench-device-paths bench-multifidelity clean venv
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,10 +22,19 @@ venv: $(STAMP)
 
 # The suite runs on every core (pytest-xdist): each worker process has its own databases, ports and
 # servers (tests/conftest.py), and most of the slow tests wait on live servers, fits and restarts.
-# TEST_WORKERS=0 runs it in one process.
+# TEST_WORKERS=0 runs it in one process. pytest exits 5 when it collects no test: that fails too.
 TEST_WORKERS ?= auto
+NO_TESTS = { rc=$$?; [ $$rc -ne 5 ] || echo "make $@: pytest collected no test (exit 5)" >&2; exit $$rc; }
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) || $(NO_TESTS)
+
+# The edit-test loop: the unit tests only (no live server, no database server, nothing slow; markers in
+# tests/conftest.py), under a minute on 2 cores. `make test` (and .ci/run) still runs everything. One
+# BLAS / torch thread per worker: two workers each spinning up every core's threads made the GP tests
+# several times slower on a busy 2-core machine.
+FAST_WORKERS ?= 2
+test-fast: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(FAST_WORKERS) -q -m "unit and not slow" || $(NO_TESTS)
 
 # The documentation site (mkdocs-material + mkdocstrings): docs/ and mkdocs.yml, built into site/;
 # --strict fails on any broken link or missing reference. The REST reference is generated from the app.
@@ -61,58 +70,54 @@ bench: bench-search bench-calibration
 # Long: 14 methods x 6 tasks x 10 seeds x 100 trials. WORKERS=n runs n at a time.
 WORKERS ?= 2
 bench-search: $(BENCH_STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/search.py --workers $(WORKERS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.search --workers $(WORKERS)
 
 # calibo serve (SQLite, and PostgreSQL at 127.0.0.1:5432) against Optuna RDB ask/tell; ~25 min.
 bench-service: $(BENCH_STAMP)
-	$(BIN)/python benchmarks/service.py
+	$(BIN)/python -m benchmarks.service
 
 # A crowd (64 and 16 clients x 2000 trials) on calibo serve, kill -9 and a PostgreSQL outage mid-run:
 # throughput, latencies, retries, errors by status, lost/duplicated tells, recovery time; ~5 min.
 bench-load: $(BENCH_STAMP)
-	$(BIN)/python benchmarks/load.py
+	$(BIN)/python -m benchmarks.load
 
 # A fresh calibo serve under 32 clients (lognormal ~1 s trainings): asks served without a prediction,
 # fit lag, quality against Optuna's GPSampler driven the same way; writes the key "live" of crowd.json.
 bench-crowd-live: $(BENCH_STAMP)
-	$(BIN)/python benchmarks/crowd_live.py
+	$(BIN)/python -m benchmarks.crowd_live
 
 # Cluster mode on PostgreSQL at 127.0.0.1:5432: the local fit pool against the fit queue with 1-2 API
 # processes x 1-2 `calibo worker`s, 32 clients: throughput, fit lag, sequential crowd latency; ~5 min.
 bench-cluster: $(BENCH_STAMP)
-	$(BIN)/python benchmarks/cluster.py --freeze
+	$(BIN)/python -m benchmarks.cluster --freeze
 
 bench-calibration: $(BENCH_STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/calibration.py --workers $(WORKERS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.calibration --workers $(WORKERS)
 
-# Every surrogate x acquisition (diagonal grid) on search.py's tasks; long: see benchmarks/surrogates.py.
+# Every surrogate x acquisition (diagonal grid) on the search suite's tasks; long: see `python -m benchmarks.surrogates --help`.
 bench-surrogates: $(BENCH_STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/surrogates.py --workers $(WORKERS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.surrogates --workers $(WORKERS)
 
 # calibo vs Optuna GP / TPE / random with K = 1, 8, 32 trials in flight (virtual clock, out-of-order
 # results), 13 tasks x 5 seeds x 100 trials, plus calibration gap vs K; long (~2-4 h on 2 cores).
-# VARIANTS="calibo:crowd=radius,calibo:acquisition=ts" adds EngineConfig variants.
+# VARIANTS="calibo:n_warmup=10,calibo:acquisition=ts" adds EngineConfig variants.
 VARIANTS ?=
 bench-crowd: $(BENCH_STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/crowd_search.py --workers $(WORKERS) $(if $(VARIANTS),--variants "$(VARIANTS)")
+	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.crowd_search --workers $(WORKERS) $(if $(VARIANTS),--variants "$(VARIANTS)")
 
 # Fit time against observations (100 .. 30,000) per surrogate and backend; DEVICE=cuda on a GPU machine.
 DEVICE ?= auto
 bench-fit-time: $(BENCH_STAMP)
-	$(BIN)/python benchmarks/fit_time.py --device $(DEVICE)
+	$(BIN)/python -m benchmarks.fit_time --device $(DEVICE)
 
 # GPU paths: the GP's tuning on CPU vs GPU, the MLPs' eager vs CUDA-graph training (CPU only without a GPU).
 bench-device-paths: $(BENCH_STAMP)
-	$(BIN)/python benchmarks/device_paths.py
-
-# Calibrated BO Table 1 rows: gp vs gp-recal, 10 seeds; ~2 minutes.
-bench-calibrated-bo: $(BENCH_STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/calibrated_bo.py --workers $(WORKERS)
+	$(BIN)/python -m benchmarks.device_paths
 
 # Pruners on real learning curves (MLP on digits / breast_cancer, cached tables): calibo's median, sh, hb,
 # sh+, hb+ against Optuna's Median / SuccessiveHalving / Hyperband and no pruning, 10 seeds; ~3 minutes.
 bench-multifidelity: $(BENCH_STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/multifidelity.py --workers $(WORKERS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.multifidelity --workers $(WORKERS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -5,17 +5,19 @@ value of an unconformalized QGBM surrogate (acquisition ``mean``), so the
 sampled sequence is the same for every variant and the feedback shift from
 the random to the greedy phase is immediate. From the 32nd observation on,
 before each new outcome is revealed, every variant predicts that
-configuration's 25%, 50% and 75% intervals from the observations so far;
-then the outcome is told to its adaptive state:
+configuration's intervals (the study default's pairs: 90/70/50/30/10%) from the
+observations so far; then the outcome is told to its adaptive state:
 
     unconformalized | split | split+ACI | split+DtACI | CV+ | CV+ +ACI | CV+ +DtACI
 
 Metrics per interval level (paper 002, Table 1): rolling coverage error
 (non-overlapping windows of 20), mean width, LLR of breaches vs the
 configuration's features; ranks across variants within each task and level,
-averaged. Everything goes through the engine's fit / select / adapt.
+averaged. Everything goes through the engine's fit / select / adapt. (The figures on the
+calibration page were measured with the paper's explicit 25/50/75% grid, the ``levels`` setting
+the engine no longer has; that code last lived at commit 26d3c61.)
 
-    python benchmarks/calibration.py [--tasks hartmann6,mixed,...] [--seeds 5] [--trials 100]
+    python -m benchmarks.calibration --in-flight "" [--tasks hartmann6,mixed,...] [--seeds 5] [--trials 100]
 
 Writes benchmarks/results/calibration.json and calibration.png.
 
@@ -34,9 +36,9 @@ which is what the shown interval covers (each pair's own conformal set). Two
 rows read the driver's predictions as shown: its intervals, and the pairs of
 its sorted quantiles (what predictions showed before). Variants on the same
 asked points, the split ones from one fit of the same study with
-``conformal="split", shift="fcs"`` per ask (unweighted and weighted bounds):
+``conformal="split"`` per ask:
 
-    default (adaptive + ACI) | adaptive + DtACI | split (+ACI, +DtACI) | split+FCS (+ACI, +DtACI) | default+FCS (ACI, DtACI)
+    default (adaptive + ACI) | adaptive + DtACI | split (+ACI, +DtACI)
 
 "late adapt at current alpha" is the default fed as adapt did before the
 late-feedback correction (``conformal.issued_beta``).
@@ -50,7 +52,7 @@ is left, (b) against the sequential (K = 1) row. Calibration gap: the mean
 over pairs of |cumulative coverage - nominal| (coverage pooled over seeds per
 task), averaged over tasks.
 
-    python benchmarks/calibration.py --in-flight 1,8,32 --no-variants --tasks forrester,branin
+    python -m benchmarks.calibration --in-flight 1,8,32 --no-variants --tasks forrester,branin
 
 Writes benchmarks/results/calibration_crowd.json and calibration_crowd.png.
 """
@@ -64,28 +66,36 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy / torch: one core 
 import argparse  # noqa: E402
 import heapq  # noqa: E402
 import json  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 import zlib  # noqa: E402
-from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: E402
 from dataclasses import dataclass, field, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.tasks import TASKS  # noqa: E402
-from calibo.engine import EngineConfig, SearchSpace, adapt, fit, initial_states, select  # noqa: E402
+from benchmarks.harness import report, runner  # noqa: E402
+from benchmarks.harness.tasks import TASKS  # noqa: E402
+from benchmarks.harness.tasks import select as select_tasks  # noqa: E402
+from calibo.engine import (  # noqa: E402
+    ConfigError,
+    EngineConfig,
+    Prediction,
+    SearchSpace,
+    StudyState,
+    fit,
+    select,
+)
 from calibo.engine import metrics as M  # noqa: E402
-from calibo.engine.conformal import Bounds, beta_of, issued_beta, pair_alphas, pair_intervals  # noqa: E402
-from calibo.engine.errors import ConfigError  # noqa: E402
-from calibo.engine.optimizer import warmup_points  # noqa: E402
-from calibo.engine.warp import Warp  # noqa: E402
 
-LEVELS = (0.125, 0.25, 0.375, 0.625, 0.75, 0.875)  # pairs: 75%, 50%, 25% intervals
-NOMINAL = [0.75, 0.5, 0.25]
+# The replay of the crowd rows reads the engine's conformal sets and adaptive states directly
+# (conformal.beta_of / issued_beta / pair_intervals, the warp, the warm-up points): internals, not
+# the engine's public API, imported where they are used so that the module imports without them.
+
+GRID = EngineConfig()  # the study default: 10 levels, pairs 90/70/50/30/10%
+_L = np.asarray(GRID.level_grid, dtype=float)
+GRID_NOMINAL = 1.0 - 2.0 * _L[: _L.size // 2]  # each pair (i, L-1-i)'s nominal coverage, widest first
+NOMINAL = GRID_NOMINAL.tolist()
 VARIANTS = [
     ("unconformalized", "raw", "none"),
     ("split", "split", "none"),
@@ -95,16 +105,17 @@ VARIANTS = [
     ("CV+ +ACI", "cv+", "aci"),
     ("CV+ +DtACI", "cv+", "dtaci"),
 ]
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def run_sequence(task_name: str, seed: int, trials: int, surrogate: str) -> dict:
+    from calibo.engine.select import warmup_points
+
     task = TASKS[task_name]
     space = SearchSpace.from_dict(task.space)
-    base = {"surrogate": surrogate, "levels": LEVELS, "n_warmup": 15}
+    base = {"surrogate": surrogate, "n_warmup": 15}
     driver = EngineConfig(**base, acquisition="mean", conformal="raw")
     method_cfg = {m: EngineConfig(**base, conformal=m) for m in ("raw", "split", "cv+")}
-    states = {name: initial_states(EngineConfig(**base, adapter=ad, conformal=m), seed)
+    states = {name: StudyState.initial(EngineConfig(**base, adapter=ad, conformal=m), seed)
               for name, m, ad in VARIANTS}
     records: dict[str, list] = {name: [] for name, _, _ in VARIANTS}
     features: list[np.ndarray] = []
@@ -116,7 +127,7 @@ def run_sequence(task_name: str, seed: int, trials: int, surrogate: str) -> dict
         else:
             snap = fit(obs, space, driver, task.direction, seed)
             params = select(snap, states["unconformalized"], space, driver, direction=task.direction,
-                            seed=seed, asked=t, exclude=[p for p, _ in obs])[0].params
+                            asked=t, exclude=[p for p, _ in obs])[0].params
         value = float(task.objective(params))
         if t >= 32:
             unit = space.to_unit([params])
@@ -125,10 +136,9 @@ def run_sequence(task_name: str, seed: int, trials: int, surrogate: str) -> dict
                 snap_m = fit(obs, space, cfg, task.direction, seed, candidates=unit)
                 preds[m] = snap_m
             for name, m, _ in VARIANTS:
-                s = select(preds[m], states[name], space, method_cfg[m], direction=task.direction,
-                           seed=seed, asked=t)[0]
-                states[name], rec = adapt(states[name], s.prediction, value)
-                records[name].append(rec)
+                s = select(preds[m], states[name], space, method_cfg[m], direction=task.direction, asked=t)[0]
+                states[name], rec = states[name].adapt(s.prediction, value)
+                records[name].append(rec.to_dict())
             features.append(space.features(unit)[0])
         obs.append((params, value))
     X = np.array(features)
@@ -174,13 +184,9 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def plot(runs: list[dict], summary: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names = [n for n, _, _ in VARIANTS]
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.5))
+    fig, grid = report.figure(1, len(NOMINAL) + 1, (5.0, 4.5))
+    axes = grid[0]
     for j, nom in enumerate(NOMINAL):
         ax = axes[j]
         for n in names:
@@ -194,17 +200,14 @@ def plot(runs: list[dict], summary: dict, path: Path) -> None:
     tab = summary["rank_table"]
     x = np.arange(len(names))
     for k, m in enumerate(("rolling_coverage_error", "llr", "width")):
-        axes[3].bar(x + (k - 1) * 0.27, [tab[n][m] for n in names], 0.27, label=m)
-    axes[3].set_xticks(x, names, rotation=45, ha="right", fontsize=8)
-    axes[3].set_title("mean rank (lower is better)")
-    axes[3].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+        axes[-1].bar(x + (k - 1) * 0.27, [tab[n][m] for n in names], 0.27, label=m)
+    axes[-1].set_xticks(x, names, rotation=45, ha="right", fontsize=8)
+    axes[-1].set_title("mean rank (lower is better)")
+    axes[-1].legend(fontsize=8)
+    report.save_figure(fig, path, dpi=110)
 
 
 # ----------------------------------------------------------------------- crowd
-GRID = EngineConfig()  # the study default: 10 levels, pairs 90/70/50/30/10%
-GRID_NOMINAL = 1.0 - pair_alphas(GRID.level_grid)
 # row: (beta key, adapter, feedback), feedback "late": at completion, as adapt does it (the issued
 # interval's outcome, conformal.issued_beta); "current": at completion, read at the state's current
 # alpha (adapt before the late-feedback correction); "now": right after the ask, in ask order
@@ -218,11 +221,6 @@ CROWD_ROWS = {
     "split": ("split", "none", "late"),
     "split+ACI": ("split", "aci", "late"),
     "split+DtACI": ("split", "dtaci", "late"),
-    "split+FCS": ("split_fcs", "none", "late"),
-    "split+FCS+ACI": ("split_fcs", "aci", "late"),
-    "split+FCS+DtACI": ("split_fcs", "dtaci", "late"),
-    "default+FCS": ("default_fcs", "aci", "late"),
-    "default+FCS, DtACI": ("default_fcs", "dtaci", "late"),
 }
 OLD_DISPLAY = "default, sorted quantiles (old display)"  # the pairs of the driver's sorted quantiles
 
@@ -230,17 +228,22 @@ OLD_DISPLAY = "default, sorted quantiles (old display)"  # the pairs of the driv
 class Sets:
     """One prediction's stored point sets (``Bounds.packed``) and its outcome, internal orientation."""
 
-    def __init__(self, points: np.ndarray, weighted: bool, y: float) -> None:
-        self.points, self.weighted, self.y = np.asarray(points, dtype=float), weighted, y
-        self.betas = [beta_of(self.points[0, j], self.points[1, j], y, weighted) for j in range(self.points.shape[1])]
+    def __init__(self, points: np.ndarray, y: float) -> None:
+        from calibo.engine.conformal import beta_of
+
+        self.points, self.y = np.asarray(points, dtype=float), y
+        self.betas = [beta_of(self.points[0, j], self.points[1, j], y) for j in range(self.points.shape[1])]
 
     @classmethod
-    def of(cls, bounds: Bounds, row: int, y: float) -> Sets:
-        return cls(bounds.packed(row), bounds.weighted, y)
+    def of(cls, bounds: Any, row: int, y: float) -> Sets:
+        """From a snapshot's ``bounds`` (the engine's conformal Bounds) at candidate ``row``."""
+        return cls(bounds.packed(row), y)
 
     def covered(self, alphas: np.ndarray) -> list[bool]:
         """Whether the shown interval (clamped ends, nested, as a study records it) at ``alphas`` holds ``y``."""
-        lows, highs = pair_intervals(self.points, alphas, self.weighted)
+        from calibo.engine.conformal import pair_intervals
+
+        lows, highs = pair_intervals(self.points, alphas)
         return [bool(lo <= self.y <= hi) for lo, hi in zip(lows, highs, strict=True)]
 
 
@@ -257,7 +260,8 @@ class Trial:
 
 
 def durations(task: str, seed: int, k: int, n: int) -> np.ndarray:
-    """Heavy-tailed trial durations, lognormal(0, 1), seeded by task, seed and K."""
+    """Heavy-tailed trial durations, lognormal(0, 1), seeded by task, seed and K (a stream of its own,
+    not the search suites' ``runner.durations``: the figures were measured on it)."""
     return np.random.default_rng([zlib.crc32(task.encode()), seed, k, 5]).lognormal(0.0, 1.0, n)
 
 
@@ -268,12 +272,12 @@ class CrowdRun:
     def __init__(self, task_name: str, seed: int, k: int, trials: int, config: EngineConfig = GRID) -> None:
         self.task, self.seed, self.k, self.trials = TASKS[task_name], seed, k, trials
         self.config = config
-        # the split rows: the same study with split conformal and FCS weights (its conformalize_from too,
-        # so each conformalized prediction of the driver has a conformalized split counterpart)
-        self.split_config = replace(config, conformal="split", shift="fcs")
+        # the split rows: the same study with split conformal (its conformalize_from too, so each
+        # conformalized prediction of the driver has a conformalized split counterpart)
+        self.split_config = replace(config, conformal="split")
         self.space = SearchSpace.from_dict(self.task.space)
         self.sign = 1.0 if self.task.direction == "minimize" else -1.0
-        self.states = initial_states(self.config, seed)
+        self.states = StudyState.initial(self.config, seed)
         self.dur = durations(task_name, seed, k, trials)
         self.asked: list[Trial] = []
         self.done: list[tuple[dict, float]] = []
@@ -286,13 +290,15 @@ class CrowdRun:
         t, done = len(self.asked), self.done
         # the engine's own rule for when the model takes over (EngineConfig.warmed_up)
         snap = self.fit(done, self.config, pending) if self.config.warmed_up(len(done), len(pending)) else None
-        sug = select(snap, self.states, self.space, self.config, direction=self.task.direction, seed=self.seed,
+        sug = select(snap, self.states, self.space, self.config, direction=self.task.direction,
                      asked=t, exclude=[p for p, _ in done], pending=pending, n_observed=len(done))[0]
-        trial = Trial(sug.params, float(self.task.objective(sug.params)), len(done), sug.prediction)
+        # the prediction as the engine keeps it (what a study stores with the trial)
+        kept = None if sug.prediction is None else sug.prediction.to_dict()
+        trial = Trial(sug.params, float(self.task.objective(sug.params)), len(done), kept)
         if done:
             u = self.space.to_unit([sug.params])
             trial.nn_dist = float(np.min(np.linalg.norm(self.space.to_unit([p for p, _ in done]) - u, axis=1)))
-        if sug.prediction is not None and sug.prediction["method"] != "raw":
+        if kept is not None and kept["method"] != "raw":
             self.score(trial, snap, pending)
         return trial
 
@@ -301,17 +307,16 @@ class CrowdRun:
         y, sets = self.sign * trial.value, trial.sets
         pred = trial.prediction
 
+        from calibo.engine.warp import Warp
+
         def warped(w: dict | None) -> float:  # point sets live on their fit's warped scale
             return float(Warp.from_dict(w).forward(y))
 
-        sets["default"] = Sets(pred["points"], pred.get("shift") == "fcs", warped(pred.get("warp")))
+        sets["default"] = Sets(pred["points"], warped(pred.get("warp")))
         # the default snapshot's candidates (its fit's local search added some a split fit would not)
         split = self.fit(self.done, self.split_config, pending, candidates=snap.candidates)
         row = split.candidate_keys().index(self.space.key(trial.params))
-        y_split = warped(split.meta.get("warp"))
-        sets["split_fcs"] = Sets.of(split.bounds, row, y_split)
-        sets["split"] = Sets.of(replace(split, cal_weight=None, cand_weight=None).bounds, row, y_split)
-        sets["default_fcs"] = sets["split_fcs" if snap.method == "split" else "default"]
+        sets["split"] = Sets.of(split.bounds, row, warped(split.meta.get("warp")))
         sets["fresh"] = sets["default"]  # sequential: the completed trials are all the asked ones
         if self.k > 1:
             before = [(a.params, a.value) for a in self.asked]
@@ -331,7 +336,8 @@ class CrowdRun:
             clock, t = heapq.heappop(running)
             trial = self.asked[t]
             self.done.append((trial.params, trial.value))
-            self.states, _ = adapt(self.states, trial.prediction, trial.value)
+            pred = None if trial.prediction is None else Prediction.from_dict(trial.prediction)
+            self.states, _ = self.states.adapt(pred, trial.value)
             self.events.append(("done", t))
         return self
 
@@ -339,6 +345,9 @@ class CrowdRun:
 def replay(run: CrowdRun, key: str, adapter: str, feedback: str) -> tuple[np.ndarray, np.ndarray]:
     """Coverage (T, P) of the scored trials with the adaptive states replayed: of the shown
     intervals (clamped ends, what a study records) and by the exact rule ``alpha at ask < beta``."""
+    from calibo.engine.conformal import issued_beta
+    from calibo.engine.state import initial_states
+
     states = initial_states(replace(run.config, adapter=adapter), run.seed)
     if feedback == "now":
         events = [(e, t) for t in range(len(run.asked)) for e in ("ask", "done")]
@@ -459,13 +468,9 @@ def print_crowd(summary: dict, seeds: int, trials: int) -> None:
 
 
 def plot_crowd(summary: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names, ks = list(summary["table"]), summary["k"]
-    fig, ax = plt.subplots(figsize=(13, 4.5))
+    fig, axes = report.figure(figsize=(13, 4.5))
+    ax = axes[0][0]
     x = np.arange(len(names))
     width = 0.8 / len(ks)
     for i, k in enumerate(ks):
@@ -475,86 +480,74 @@ def plot_crowd(summary: dict, path: Path) -> None:
     ax.set_ylabel("calibration gap")
     ax.set_title("mean |cumulative coverage - nominal| over 5 pairs, mean over tasks")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def run_pool(fn, jobs: list[tuple], workers: int, desc: str) -> list[dict]:
-    from tqdm import tqdm
-
-    out = []
-    with ProcessPoolExecutor(workers) as pool:
-        futs = [pool.submit(fn, *job) for job in jobs]
-        for f in tqdm(as_completed(futs), total=len(futs), desc=desc):
-            out.append(f.result())
-    return out
+    report.save_figure(fig, path, dpi=110)
 
 
 def run_crowd(args: argparse.Namespace, ks: list[int]) -> None:
     t0 = time.time()
-    tasks = args.tasks.split(",")
+    tasks = select_tasks(args.tasks)
     settings = json.loads(args.settings) if args.settings else {}
     try:  # a bad setting fails here, before any run
         config = EngineConfig.from_dict(settings)
     except ConfigError as e:
-        sys.exit(f"--settings: {e}")
+        raise SystemExit(f"--settings: {e}") from None
     if not np.array_equal(config.level_grid, GRID.level_grid):
-        sys.exit("--settings: the crowd rows are scored against the default's levels (90/70/50/30/10%); "
-                 "n_levels and levels cannot change")
-    jobs = [(t, s, k, args.trials, config) for t in tasks for s in range(args.seeds) for k in ks]
-    runs = run_pool(crowd_sequence, jobs, args.workers, "crowd runs")
+        raise SystemExit("--settings: the crowd rows are scored against the default's levels (90/70/50/30/10%); "
+                         "n_levels cannot change")
+    jobs = [(t, s, k, args.trials, config) for t in tasks for s in runner.seeds_of(args) for k in ks]
+    runs = runner.run_pool(crowd_sequence, jobs, args.workers, "crowd runs")
     runs.sort(key=lambda r: (r["task"], r["k"], r["seed"]))
     summary = summarize_crowd(runs)
     print_crowd(summary, args.seeds, args.trials)
-    out = Path(args.crowd_out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"tasks": tasks, "seeds": args.seeds, "trials": args.trials, "in_flight": ks, "settings": settings,
-            "levels": GRID.level_grid.tolist(), "wall_seconds": time.time() - t0}
-    out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=1))
+    meta = {"tasks": tasks, "seeds": args.seeds, "seed_offset": args.seed_offset, "trials": args.trials,
+            "in_flight": ks, "settings": settings, "levels": GRID.level_grid.tolist(),
+            "wall_seconds": time.time() - t0}
+    out = report.write_json(args.crowd_out, {"meta": meta, "summary": summary, "runs": runs})
     plot_crowd(summary, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    report.wrote(out, out.with_suffix(".png"))
 
 
 def run_variants(args: argparse.Namespace) -> None:
     t0 = time.time()
-    jobs = [(t, s, args.trials, args.surrogate) for t in args.tasks.split(",") for s in range(args.seeds)]
-    runs = run_pool(run_sequence, jobs, args.workers, "calibration runs")
+    jobs = [(t, s, args.trials, args.surrogate) for t in select_tasks(args.tasks) for s in runner.seeds_of(args)]
+    runs = runner.run_pool(run_sequence, jobs, args.workers, "calibration runs")
     runs.sort(key=lambda r: (r["task"], r["seed"]))
     summary = summarize(runs)
     tab = summary["rank_table"]
-    print(f"\nCalibration ranks over {len(summary['tasks'])} tasks x 3 levels, {args.seeds} seeds, "
+    print(f"\nCalibration ranks over {len(summary['tasks'])} tasks x {len(NOMINAL)} levels, {args.seeds} seeds, "
           f"{args.trials} trials, surrogate {args.surrogate} (lower rank is better)")
-    print(f"{'variant':<17}{'RCE rank':>9}{'LLR rank':>9}{'width rank':>11}{'mean RCE':>10}  coverage 75/50/25%")
+    print(f"{'variant':<17}{'RCE rank':>9}{'LLR rank':>9}{'width rank':>11}{'mean RCE':>10}  coverage "
+          + "/".join(f"{round(100 * n)}" for n in NOMINAL) + "%")
     for n, _, _ in VARIANTS:
         r = tab[n]
         cov = "/".join(f"{c:.2f}" for c in r["coverage_mean"])
         print(f"{n:<17}{r['rolling_coverage_error']:>9.2f}{r['llr']:>9.2f}{r['width']:>11.2f}"
               f"{r['rce_mean']:>10.3f}  {cov}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"tasks": args.tasks.split(","), "seeds": args.seeds, "trials": args.trials,
-            "surrogate": args.surrogate, "levels": LEVELS, "wall_seconds": time.time() - t0}
-    out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=1))
+    meta = {"tasks": select_tasks(args.tasks), "seeds": args.seeds, "seed_offset": args.seed_offset,
+            "trials": args.trials, "surrogate": args.surrogate, "levels": GRID.level_grid.tolist(),
+            "wall_seconds": time.time() - t0}
+    out = report.write_json(args.out, {"meta": meta, "summary": summary, "runs": runs})
     plot(runs, summary, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    report.wrote(out, out.with_suffix(".png"))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", default="hartmann6,mixed,rf_breast_cancer,lgbm_digits")
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--seed-offset", type=int, default=0)
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--surrogate", default="qgbm", help="surrogate of the sequential variants table")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--in-flight", default="1,8,32",
                     help="K values of the crowd rows, comma-separated; empty: no crowd rows")
     ap.add_argument("--no-variants", action="store_true", help="skip the sequential variants table")
-    ap.add_argument("--out", default=str(RESULTS / "calibration.json"))
-    ap.add_argument("--crowd-out", default=str(RESULTS / "calibration_crowd.json"))
+    ap.add_argument("--out", default=str(report.RESULTS / "calibration.json"))
+    ap.add_argument("--crowd-out", default=str(report.RESULTS / "calibration_crowd.json"))
     ap.add_argument("--settings", default="",
-                    help='engine settings of the crowd rows\' study as JSON (e.g. \'{"warmup_observed": 0.667}\'); '
+                    help='engine settings of the crowd rows\' study as JSON (e.g. \'{"conformalize_from": 10}\'); '
                          "default: the engine's defaults")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if not args.no_variants:
         run_variants(args)
     ks = [int(k) for k in args.in_flight.split(",") if k.strip()]

@@ -1,7 +1,7 @@
 """Cluster mode on one machine: ask+tell throughput and fit lag, local fit pool vs the fit queue.
 
 Every row runs on PostgreSQL (127.0.0.1:5432), on a fresh database, with the
-same study as the throughput ("load") row of ``benchmarks/service.py``:
+same study as the throughput ("load") row of ``benchmarks.service``:
 Hartmann-6, default study settings, ``--candidates`` (2000) candidates, seed
 ``--seed + 2 + repeat``, ``--preload`` (500) finished trials told through the
 API before timing (so the surrogate is past its warm-up), the first fit
@@ -73,9 +73,9 @@ and tells), while a ``calibo worker`` runs at the niceness it was started with
 CPU from the API and PostgreSQL: a lower fit lag may cost throughput and
 latency under load. ``--worker-nice 10`` compares at equal priority.
 
-    python benchmarks/cluster.py                                    # all rows, ~5 min
-    python benchmarks/cluster.py --rows pool,q1x1 --repeats 3 --freeze
-    python benchmarks/cluster.py --duration 5 --warmup 2 --preload 200 --pairs 50 \
+    python -m benchmarks.cluster                                    # all rows, ~5 min
+    python -m benchmarks.cluster --rows pool,q1x1 --repeats 3 --freeze
+    python -m benchmarks.cluster --duration 5 --warmup 2 --preload 200 --pairs 50 \
         --rows pool,q1x1,q2x2 --out-dir /tmp/cluster-smoke                     # smoke run, ~1 min
 
 Writes benchmarks/results/cluster.json and cluster.png (``--out-dir``).
@@ -86,7 +86,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import json
 import os
 import platform
 import re
@@ -103,31 +102,27 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.service import (  # noqa: E402
-    AIMS,
-    OTHERS_WARN,
+from benchmarks.harness import report
+from benchmarks.harness.servers import (
     Calibo,
-    PairFn,
-    _fit_status,
-    _terminate,
-    _versions,
     calibo_process,
     calibo_server,
-    combine_throughput,
+    fit_status,
     freeze_code,
     git_state,
-    log,
     pg_database,
+    terminate,
+)
+from benchmarks.harness.servers import versions as package_versions
+from benchmarks.harness.timing import (
+    PairFn,
+    combine_throughput,
+    log,
     process_cpu,
     run_latency,
     run_throughput,
-    write_results,
 )
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from benchmarks.service import AIMS, OTHERS_WARN
 
 
 @dataclass(frozen=True)
@@ -368,18 +363,18 @@ def run_row(row: Row, args: argparse.Namespace, logdir: Path, code: Path | None)
         if args.pairs > 0:  # service.py's crowd row: one client, asks from the newest snapshot
             sid = cb.create("bench-crowd", args.seed, args.candidates, ask_wait_seconds=0)
             cb.preload(sid, args.preload, args.preload_batch, f"{row.key}: preload crowd")
-            before = _fit_status(cb.wait_fitted(sid))
+            before = fit_status(cb.wait_fitted(sid))
             with cb.client() as http:
                 crowd = run_latency(cb.pair_fn(http, sid, "bench-crowd"), args.pairs, args.latency_warmup,
                                     f"{row.key}: sequential crowd", lambda: cluster_cpu(api_pids, worker_pids))
             crowd.pop("raw_ms")
-            crowd["status_before"], crowd["status_after"] = before, _fit_status(cb.view(sid))
+            crowd["status_before"], crowd["status_after"] = before, fit_status(cb.view(sid))
             log(f"{row.key} sequential crowd: ask p50 {crowd['ask']['p50']:.1f} p99 {crowd['ask']['p99']:.1f} "
                 f"tell p50 {crowd['tell']['p50']:.1f} ms")
         runs, lags, statuses = [], [], Counter()
         lock = threading.Lock()
         for k, sid in enumerate(ids):
-            before = _fit_status(cb.wait_fitted(sid))
+            before = fit_status(cb.wait_fitted(sid))
             clients: list[Any] = []
             marks: list[float] = []
 
@@ -413,10 +408,10 @@ def run_row(row: Row, args: argparse.Namespace, logdir: Path, code: Path | None)
                     for h in clients:
                         h.close()
                 try:  # the snapshots covering the last tells are stored after the load stops
-                    after = _fit_status(cb.wait_fitted(sid, timeout=60.0))
+                    after = fit_status(cb.wait_fitted(sid, timeout=60.0))
                 except RuntimeError as e:
                     log(f"{row.key}: {e}")
-                    after = _fit_status(cb.view(sid))
+                    after = fit_status(cb.view(sid))
                 time.sleep(2 * args.poll)
             db = read_db(url, sid)
             lag = fit_lag(db, poller.polls, marks[0], marks[1], min(args.lag_tail, args.duration / 2))
@@ -517,12 +512,8 @@ def print_table(rows: list[dict[str, Any]], checks: list[dict[str, Any]], meta: 
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 4, figsize=(22, 5.2))
+    fig, grid = report.figure(1, 4, figsize=(22, 5.2))
+    axes = grid[0]
     x = np.arange(len(rows))
     labels = [r["label"].replace(" + ", "\n+ ").replace(" x ", "\nx ") for r in rows]
     colors = ["tab:gray" if r["mode"] == "pool" else "tab:blue" for r in rows]
@@ -566,13 +557,11 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     for ax in axes:
         ax.set_xticks(x, labels, fontsize=7)
         ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 # ----------------------------------------------------------------------- main
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default=",".join(ROWS), help=f"subset of {','.join(ROWS)}")
     ap.add_argument("--duration", type=float, default=20.0, help="seconds counted per run")
@@ -595,19 +584,19 @@ def main() -> None:
     ap.add_argument("--freeze", nargs="?", const="worktree", choices=("worktree", "head"), default=None,
                     help="run the servers and workers from a frozen copy of service/ and migrations/ (the "
                     "checkout's files as they are at the start, or HEAD's), so a long run measures one commit")
-    ap.add_argument("--out-dir", default=str(RESULTS))
+    ap.add_argument("--out-dir", default=str(report.RESULTS))
     ap.add_argument("--log-dir", default=None, help="keep the servers' and workers' logs here (default: discarded)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     keys = [k for k in args.rows.split(",") if k]
     for k in keys:
         if k not in ROWS:
             ap.error(f"unknown row {k!r} (choose from {', '.join(ROWS)})")
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, terminate)
     out = Path(args.out_dir) / "cluster.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     from importlib import metadata
 
-    versions = _versions()
+    versions = package_versions()
     with contextlib.suppress(metadata.PackageNotFoundError):
         versions["procrastinate"] = metadata.version("procrastinate")
     t0 = time.time()
@@ -648,12 +637,12 @@ def main() -> None:
                     msg = f"{key} failed: {type(e).__name__}: {e}"
                     failures.append(msg)
                     log(msg)
-                out.with_suffix(".partial.json").write_text(json.dumps({"meta": meta, "rows": rows}))
+                out.with_suffix(".partial.json").write_text(report.dumps({"meta": meta, "rows": rows}))
     except KeyboardInterrupt:
         log(f"interrupted: servers and workers stopped, databases dropped; partial rows in "
             f"{out.with_suffix('.partial.json')}")
         sys.exit(130)
-    write_results(out, meta, rows, failures, t0, aims, print_table, plot)
+    report.write_results(out, meta, rows, failures, t0, aims, print_table, plot)
     if failures:
         print("failures:\n  " + "\n  ".join(failures))
         sys.exit(1)

@@ -21,8 +21,8 @@ runs every (space, seed) for ``--trials`` trials, sequentially, side by side in 
 mean rank of the best value at 25, 50 and 100 trials, mean best per space, sign tests of calibo
 against each peer.
 
-    python benchmarks/conditional.py --workers 2
-    python benchmarks/conditional.py --spaces svm --seeds 2 --trials 40
+    python -m benchmarks.conditional --workers 2
+    python -m benchmarks.conditional --spaces svm --seeds 2 --trials 40
 
 Writes benchmarks/results/conditional.json and conditional.png.
 """
@@ -34,8 +34,6 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -44,12 +42,10 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import report, runner  # noqa: E402
+from benchmarks.harness.models import cv_loss, scaled  # noqa: E402
+from benchmarks.harness.peers import random_configs  # noqa: E402
 
-from benchmarks.real_tasks import _cv, _scaled  # noqa: E402
-from benchmarks.runner import run_pool  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("calibo", "optuna_tpe", "optuna_gp", "random")
 AT = (25, 50, 100)
 
@@ -80,7 +76,7 @@ def svm(p: dict[str, Any]) -> float:
 
     kw = {"C": p["C"], "kernel": p["kernel"]}
     kw.update({k: p[k] for k in ("gamma", "degree", "coef0") if k in p})
-    return _cv(_scaled(SVC(**kw)), "breast_cancer", "error")
+    return cv_loss(scaled(SVC(**kw)), "breast_cancer", "error")
 
 
 def model_choice(p: dict[str, Any]) -> float:
@@ -95,7 +91,7 @@ def model_choice(p: dict[str, Any]) -> float:
                                        max_features=p["max_features"], n_jobs=1, random_state=0)
     else:
         model = LogisticRegression(C=p["C"], max_iter=300)
-    return _cv(_scaled(model), "wine", "balanced_error")
+    return cv_loss(scaled(model), "wine", "balanced_error")
 
 
 def lgbm_boosting(p: dict[str, Any]) -> float:
@@ -109,7 +105,7 @@ def lgbm_boosting(p: dict[str, Any]) -> float:
         kw.update(drop_rate=p["drop_rate"], skip_drop=p["skip_drop"])
     else:
         kw.update(top_rate=p["top_rate"], other_rate=p["other_rate"])
-    return _cv(lgb.LGBMClassifier(**kw), "breast_cancer", "log_loss")
+    return cv_loss(lgb.LGBMClassifier(**kw), "breast_cancer", "log_loss")
 
 
 SPACES: dict[str, tuple[dict[str, Any], Callable[[dict[str, Any]], float]]] = {
@@ -143,24 +139,38 @@ SPACES: dict[str, tuple[dict[str, Any], Callable[[dict[str, Any]], float]]] = {
 }
 
 
+def activation_order(space: dict[str, Any]) -> list[str]:
+    """The parameters, each after its parent: the unconditional ones in the space's order, then the
+    conditional ones (the order the engine validates them in, so Optuna suggests them alike)."""
+    parent = {n: spec["condition"]["parent"] for n, spec in space.items() if spec.get("condition")}
+    conditional: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in parent and name not in conditional:
+            visit(parent[name])
+            conditional.append(name)
+
+    for name in space:
+        visit(name)
+    return [n for n in space if n not in parent] + conditional
+
+
 def define_by_run(trial, space: dict[str, Any]) -> dict[str, Any]:
     """The space's parameters suggested the way an Optuna objective would: each only when active."""
     from calibo.engine import SearchSpace
 
-    sp = SearchSpace.from_dict(space)
     out: dict[str, Any] = {}
-    for p in sp._validation_order():
-        if p.condition is not None:
-            parent, values = p.condition
-            if parent not in out or out[parent] not in values:
-                continue
-        if p.type == "float":
-            out[p.name] = trial.suggest_float(p.name, p.low, p.high, log=p.log)
-        elif p.type == "int":
-            out[p.name] = trial.suggest_int(p.name, int(p.low), int(p.high), log=p.log)
+    for name in activation_order(space):
+        spec, cond = space[name], space[name].get("condition")
+        if cond is not None and (cond["parent"] not in out or out[cond["parent"]] not in cond["values"]):
+            continue
+        if spec["type"] == "float":
+            out[name] = trial.suggest_float(name, spec["low"], spec["high"], log=spec.get("log", False))
+        elif spec["type"] == "int":
+            out[name] = trial.suggest_int(name, int(spec["low"]), int(spec["high"]), log=spec.get("log", False))
         else:
-            out[p.name] = trial.suggest_categorical(p.name, list(p.choices))
-    return sp.validate(out)
+            out[name] = trial.suggest_categorical(name, list(spec["choices"]))
+    return SearchSpace.from_dict(space).validate(out)
 
 
 def run_one(method: str, name: str, trials: int, seed: int) -> dict[str, Any]:
@@ -195,10 +205,7 @@ def run_one(method: str, name: str, trials: int, seed: int) -> dict[str, Any]:
             warnings.simplefilter("ignore")
             study.optimize(lambda t: evaluate(define_by_run(t, space)), n_trials=trials)
     elif method == "random":
-        from calibo.engine import SearchSpace
-
-        sp = SearchSpace.from_dict(space)
-        for p in sp.from_unit(sp.sample_uniform(trials, np.random.default_rng(seed))):
+        for p in random_configs(space, trials, seed):
             evaluate(p)
     else:
         raise ValueError(f"unknown method {method!r}")
@@ -256,43 +263,36 @@ def print_tables(s: dict[str, Any]) -> None:
 
 
 def plot(s: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.4))
+    fig, axes = report.figure(figsize=(7, 4.4))
+    ax = axes[0][0]
     for m, r in s["rank_curve"].items():
         ax.plot(np.arange(1, len(r) + 1), r, label=m, lw=2.4 if m == "calibo" else 1.2)
     ax.set_title(f"conditional spaces: mean rank of the best value ({s['cells']} cells, 1 in flight)", fontsize=9)
     ax.set_xlabel("trial")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    report.save_figure(fig, path)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--spaces", default=",".join(SPACES))
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--trials", type=int, default=100)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--out", default=str(RESULTS / "conditional.json"))
-    args = ap.parse_args()
-    jobs = [(m, p, args.trials, s) for s in range(args.seeds) for p in args.spaces.split(",")
-            for m in args.methods.split(",")]
+    runner.add_run_arguments(ap, report.RESULTS / "conditional.json", seeds=5)
+    args = ap.parse_args(argv)
+    spaces = args.spaces.split(",")
+    jobs = [(m, p, args.trials, s) for s in runner.seeds_of(args) for p in spaces for m in args.methods.split(",")]
     jobs.sort(key=lambda j: (j[0] != "optuna_gp", j))
     t0 = time.time()
-    runs = run_pool(run_one, jobs, args.workers, "conditional runs")
-    summary = summarize(runs, args.trials)
+    runs, meta = runner.collect(args, jobs, run_one, lambda r: (r["method"], r["space"], r["seed"]),
+                                lambda j: (j[0], j[1], j[3]), "conditional runs",
+                                {"spaces": spaces, "seeds": args.seeds, "seed_offset": args.seed_offset,
+                                 "trials": args.trials, "in_flight": 1})
+    summary = summarize(runs, meta["trials"])
     print_tables(summary)
-    out = Path(args.out)
-    meta = {"spaces": args.spaces.split(","), "seeds": args.seeds, "trials": args.trials, "in_flight": 1,
-            "workers": args.workers, "cpu_count": os.cpu_count(), "wall_seconds": time.time() - t0}
-    out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}))
+    meta["wall_seconds"] = time.time() - t0
+    out = report.write_json(args.out, {"meta": meta, "summary": summary, "runs": runs})
     plot(summary, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    report.wrote(out, out.with_suffix(".png"))
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ value (a run with no feasible trial yet ranks last; ties share), mean best feasi
 the fraction of suggestions after the first 15 that were feasible, and sign tests of calibo against
 each peer at 100 trials.
 
-    python benchmarks/constrained.py --workers 2                   # everything (about 20 minutes)
-    python benchmarks/constrained.py --problems gardner --seeds 2 --trials 40
+    python -m benchmarks.constrained --workers 2                   # everything (about 20 minutes)
+    python -m benchmarks.constrained --problems gardner --seeds 2 --trials 40
 
 Writes benchmarks/results/constrained.json and constrained.png.
 """
@@ -35,9 +35,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -47,11 +45,10 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import report, runner  # noqa: E402
+from benchmarks.harness.functions import branin  # noqa: E402
+from benchmarks.harness.peers import optuna_params, random_configs  # noqa: E402
 
-from benchmarks.runner import run_pool  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("calibo", "optuna_gp", "optuna_tpe", "random")
 AT = (25, 50, 100)
 WARM = 15  # suggestions after this many count towards the feasible fraction
@@ -76,8 +73,6 @@ def gardner(p: dict[str, Any]) -> tuple[float, list[float]]:
 
 
 def branin_disk(p: dict[str, Any]) -> tuple[float, list[float]]:
-    from benchmarks.tasks import branin
-
     return branin(p), [((p["x1"] - 2.5) ** 2 + (p["x2"] - 7.5) ** 2 - 50.0) / 50.0]
 
 
@@ -170,8 +165,6 @@ def run_one(method: str, problem: str, trials: int, seed: int) -> dict[str, Any]
     elif method in ("optuna_gp", "optuna_tpe"):
         import optuna
 
-        from benchmarks.peers import _optuna_params
-
         optuna.logging.set_verbosity(optuna.logging.WARNING)
 
         def constraints_func(trial):
@@ -187,7 +180,7 @@ def run_one(method: str, problem: str, trials: int, seed: int) -> dict[str, Any]
         study = optuna.create_study(sampler=sampler)
 
         def objective(trial) -> float:
-            v, c = evaluate(_optuna_params(trial, prob.space))
+            v, c = evaluate(optuna_params(trial, prob.space))
             trial.set_user_attr("constraints", c)
             return v
 
@@ -195,10 +188,7 @@ def run_one(method: str, problem: str, trials: int, seed: int) -> dict[str, Any]
             warnings.simplefilter("ignore")
             study.optimize(objective, n_trials=trials)
     elif method == "random":
-        from calibo.engine import SearchSpace
-
-        space = SearchSpace.from_dict(prob.space)
-        for p in space.from_unit(space.sample_uniform(trials, np.random.default_rng(seed))):
+        for p in random_configs(prob.space, trials, seed):
             evaluate(p)
     else:
         raise ValueError(f"unknown method {method!r}")
@@ -277,12 +267,8 @@ def print_tables(s: dict[str, Any]) -> None:
 
 
 def plot(s: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.6))
+    fig, axes = report.figure(1, 2, figsize=(13, 4.6))
+    a, b = axes[0]
     for m, r in s["rank_curve"].items():
         a.plot(np.arange(1, len(r) + 1), r, label=m, lw=2.4 if m == "calibo" else 1.2)
     a.set_title(f"constrained problems: mean rank of the best feasible value ({s['cells']} cells)", fontsize=9)
@@ -295,32 +281,29 @@ def plot(s: dict[str, Any], path: Path) -> None:
     b.set_xticks(np.arange(len(s["problems"])) + 0.4, s["problems"], rotation=20, fontsize=8)
     b.set_title(f"fraction of feasible suggestions after the first {WARM}", fontsize=9)
     b.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    report.save_figure(fig, path)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--problems", default=",".join(PROBLEMS))
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--trials", type=int, default=100)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--out", default=str(RESULTS / "constrained.json"))
-    args = ap.parse_args()
-    jobs = [(m, p, args.trials, s) for s in range(args.seeds) for p in args.problems.split(",")
-            for m in args.methods.split(",")]
+    runner.add_run_arguments(ap, report.RESULTS / "constrained.json", seeds=5)
+    args = ap.parse_args(argv)
+    problems = args.problems.split(",")
+    jobs = [(m, p, args.trials, s) for s in runner.seeds_of(args) for p in problems for m in args.methods.split(",")]
     jobs.sort(key=lambda j: (j[0] != "optuna_gp", j[1] != "rf_size", j))
     t0 = time.time()
-    runs = run_pool(run_one, jobs, args.workers, "constrained runs")
-    summary = summarize(runs, args.trials)
+    runs, meta = runner.collect(args, jobs, run_one, lambda r: (r["method"], r["problem"], r["seed"]),
+                                lambda j: (j[0], j[1], j[3]), "constrained runs",
+                                {"problems": problems, "seeds": args.seeds, "seed_offset": args.seed_offset,
+                                 "trials": args.trials, "in_flight": 1})
+    summary = summarize(runs, meta["trials"])
     print_tables(summary)
-    out = Path(args.out)
-    meta = {"problems": args.problems.split(","), "seeds": args.seeds, "trials": args.trials, "in_flight": 1,
-            "workers": args.workers, "cpu_count": os.cpu_count(), "wall_seconds": time.time() - t0}
-    out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}))
+    meta["wall_seconds"] = time.time() - t0
+    out = report.write_json(args.out, {"meta": meta, "summary": summary, "runs": runs})
     plot(summary, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    report.wrote(out, out.with_suffix(".png"))
 
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@ acknowledged by then (``completed``). Reported per task and seed:
   tells, calibo and optuna_gp;
 * the study's surrogate status at the end, and the seconds the server took to report ready.
 
-    python benchmarks/crowd_live.py                          # 3 tasks x 3 seeds, 32 clients
-    python benchmarks/crowd_live.py --tasks branin,hartmann6 --seeds 2 --code head
+    python -m benchmarks.crowd_live                          # 3 tasks x 3 seeds, 32 clients
+    python -m benchmarks.crowd_live --tasks branin,hartmann6 --seeds 2 --code head
 
 Writes the key "live" of benchmarks/results/crowd.json (the file's other keys are
 kept) and benchmarks/results/crowd_live.png.
@@ -52,16 +52,13 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.crowd import Crowd, create_study, server_on, study_view
+from benchmarks.harness import report
+from benchmarks.harness.peers import optuna_params
+from benchmarks.harness.servers import freeze_code, terminate, versions
+from benchmarks.harness.tasks import TASKS, Task
+from benchmarks.harness.timing import log, progress_bar
 
-from benchmarks.crowd import Crowd, create_study, server_on, study_view  # noqa: E402
-from benchmarks.load import log, progress_bar  # noqa: E402
-from benchmarks.peers import _optuna_params  # noqa: E402
-from benchmarks.service import _terminate, _versions, freeze_code  # noqa: E402
-from benchmarks.tasks import TASKS, Task  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_TASKS = ",".join(t for t in ("branin", "camel6", "hartmann6") if t in TASKS)
 N_WARMUP = 15  # EngineConfig's default: the studies here use it
 AT = (50, 100)
@@ -176,7 +173,7 @@ def run_optuna(task: Task, seed: int, args: argparse.Namespace, bar: Any) -> dic
                 return
             a = time.perf_counter()
             trial = study.ask()
-            params = _optuna_params(trial, task.space)
+            params = optuna_params(trial, task.space)
             took = time.perf_counter() - a
             value = float(task.objective(params))
             time.sleep(sleep[slot])
@@ -233,11 +230,9 @@ def print_table(runs: list[dict[str, Any]], meta: dict[str, Any]) -> None:
 def plot(runs: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(18, 5))
-    cmap = plt.get_cmap("tab10")
+    fig, grid = report.figure(1, 3, figsize=(18, 5))
+    axes = grid[0]
+    cmap = matplotlib.colormaps["tab10"]
     ours = [r for r in runs if r["system"] == "calibo"]
     for i, r in enumerate(ours):
         log_ = r["asks_log"]
@@ -266,9 +261,7 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 def save(out: Path, live: dict[str, Any]) -> None:
@@ -281,11 +274,11 @@ def save(out: Path, live: dict[str, Any]) -> None:
             log(f"{out} is not JSON: rewritten")
     data["live"] = live
     tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
+    tmp.write_text(report.dumps(data))
     tmp.replace(out)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", default=DEFAULT_TASKS, help=f"of {sorted(TASKS)}")
     ap.add_argument("--seeds", type=int, default=3)
@@ -298,15 +291,15 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one crowd may take")
     ap.add_argument("--code", choices=("worktree", "head"), default="worktree",
                     help="server code: the checkout's files at the start (frozen), or HEAD")
-    ap.add_argument("--out", default=str(RESULTS / "crowd.json"))
-    args = ap.parse_args()
+    ap.add_argument("--out", default=str(report.RESULTS / "crowd.json"))
+    args = ap.parse_args(argv)
     tasks = [TASKS[t] for t in args.tasks.split(",") if t]
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, terminate)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "args": vars(args),
-        "cpu_count": os.cpu_count(), "loadavg_at_start": os.getloadavg(), "versions": _versions(),
+        "cpu_count": os.cpu_count(), "loadavg_at_start": os.getloadavg(), "versions": versions(),
         "n_warmup": N_WARMUP,
     }
     runs: list[dict[str, Any]] = []

@@ -22,7 +22,7 @@ Two measurements behind two choices of the torch surrogates on CUDA:
 Each cell is the median of ``--repeats`` timed runs after an untimed warm-up.
 Without a GPU only the CPU columns are measured.
 
-    python benchmarks/device_paths.py                      # about a minute on a GPU machine
+    python -m benchmarks.device_paths                      # about a minute on a GPU machine
 
 Writes benchmarks/results/device_paths.json and device_paths.png.
 """
@@ -31,17 +31,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.fit_time import N_CANDIDATES, device_info, task_data
+from benchmarks.harness import report
 
-from benchmarks.fit_time import N_CANDIDATES, device_info, task_data  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
 TUNE_ROWS = (150, 300, 600, 1000)
 MLP_SIZES = (100, 500, 2000, 4000)
 MLPS = ("mlp-ensemble", "mlp-quantile")
@@ -104,8 +101,7 @@ def mlp_cells(name: str, n: int, paths: list[str], repeats: int) -> dict:
 
 
 def engine_cells(n: int, devices: list[str], repeats: int) -> dict:
-    from calibo.engine import EngineConfig
-    from calibo.engine.optimizer import fit
+    from calibo.engine import EngineConfig, fit
 
     space, params, _, y, _ = task_data(n, 0)
     obs = list(zip(params, y.tolist(), strict=True))
@@ -118,12 +114,8 @@ def engine_cells(n: int, devices: list[str], repeats: int) -> dict:
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+    fig, grid_axes = report.figure(1, 4, figsize=(17, 4))
+    axes = grid_axes[0]
     for dev in results["devices"]:
         rows = [r for r in results["tune_rows"] if str(r) in results["tune"]]
         axes[0].plot(rows, [results["tune"][str(r)][dev]["seconds"] for r in rows], marker="o", label=dev)
@@ -148,16 +140,15 @@ def plot(results: dict, path: Path) -> None:
         ax.legend(fontsize=8)
     meta = results["meta"]
     fig.suptitle(f"{meta['device_name']} ({meta['device']}), median of {results['repeats']} runs", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    report.save_figure(fig, path)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", default=",".join(SECTIONS), help="sections to run (the others are kept from --out)")
-    ap.add_argument("--out", type=Path, default=RESULTS / "device_paths.json")
-    args = ap.parse_args()
+    ap.add_argument("--out", type=Path, default=report.RESULTS / "device_paths.json")
+    args = ap.parse_args(argv)
 
     from tqdm import tqdm
 
@@ -186,7 +177,7 @@ def main() -> None:
         else:
             results["mlp"][kind][str(size)] = mlp_cells(kind, size, paths, args.repeats)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1))
+    report.write_json(args.out, results)
     plot(results, args.out.with_suffix(".png"))
     print(f"\nGP tuning, seconds ({', '.join(devs)})")
     for r in TUNE_ROWS:

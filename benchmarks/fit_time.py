@@ -21,8 +21,8 @@ too. A cell whose time, extrapolated from the method's previous size, would
 pass ``--cap`` seconds, or whose memory would pass half the machine's, is not
 run and is recorded as ``skipped: over cap`` / ``skipped: memory``.
 
-    python benchmarks/fit_time.py                    # CPU or GPU, whichever torch sees
-    python benchmarks/fit_time.py --device cpu --cap 60 --sizes 100,500,2000
+    python -m benchmarks.fit_time                    # CPU or GPU, whichever torch sees
+    python -m benchmarks.fit_time --device cpu --cap 60 --sizes 100,500,2000
 
 Writes benchmarks/results/fit_time.json and fit_time.png (fit_time_cuda.* on a GPU).
 """
@@ -30,18 +30,15 @@ Writes benchmarks/results/fit_time.json and fit_time.png (fit_time_cuda.* on a G
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import report
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SIZES = (100, 500, 2000, 10_000, 30_000)
 N_CANDIDATES = 2000
 NOISE = 0.05
@@ -61,7 +58,7 @@ GROWTH = {"qgp-sklearn": 2.5, "qgp-torch": 1.5, "mlp-ensemble": 1.2, "qgbm": 1.2
 
 def task_data(n: int, seed: int):
     """Observations of noisy Hartmann-6 at random configurations: (space, params, U, y, f)."""
-    from benchmarks.tasks import TASKS
+    from benchmarks.harness.tasks import TASKS
     from calibo.engine import SearchSpace
 
     task = TASKS["hartmann6"]
@@ -137,8 +134,7 @@ def run_surrogate(name: str, options: dict, n: int, device: str, seed: int) -> d
 
 
 def run_engine(n: int, device: str, seed: int) -> dict:
-    from calibo.engine import EngineConfig
-    from calibo.engine.optimizer import fit
+    from calibo.engine import EngineConfig, fit
 
     space, params, _, y, _ = task_data(n, seed)
     cfg = EngineConfig()
@@ -164,12 +160,8 @@ def plan(row: str, n: int, prev: tuple[int, float] | None, cap: float) -> str | 
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 5.0))
+    fig, axes = report.figure(figsize=(7.5, 5.0))
+    ax = axes[0][0]
     for row, cells in results["cells"].items():
         pts = [(int(n), c["seconds"]) for n, c in cells.items() if "seconds" in c]
         if not pts:
@@ -191,8 +183,7 @@ def plot(results: dict, path: Path) -> None:
     ax.legend(fontsize=8, title=f"x: not run (over the {results['meta']['cap_s']:.0f} s cap or memory)",
               title_fontsize=7)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    report.save_figure(fig, path)
 
 
 def print_table(results: dict) -> None:
@@ -214,7 +205,7 @@ def print_table(results: dict) -> None:
         print(f"  {row}: {note}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
@@ -223,7 +214,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None,
                     help="default: results/fit_time.json on the CPU, fit_time_cuda.json on a GPU")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     from tqdm import tqdm
 
@@ -232,7 +223,7 @@ def main() -> None:
 
     device, why = devices.resolve(args.device)
     if args.out is None:
-        args.out = RESULTS / ("fit_time_cuda.json" if device == "cuda" else "fit_time.json")
+        args.out = report.RESULTS / ("fit_time_cuda.json" if device == "cuda" else "fit_time.json")
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = [r for r in args.rows.split(",") if r]
     notes: dict[str, str] = {}
@@ -280,7 +271,7 @@ def main() -> None:
     if "seconds" in eng:
         results["engine_10000_under_target"] = bool(eng["seconds"] < TARGET_S)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1))
+    report.write_json(args.out, results)
     plot(results, args.out.with_suffix(".png"))
     print_table(results)
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")

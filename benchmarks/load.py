@@ -30,9 +30,9 @@ Rows, for each backend:
 The servers run a frozen copy of ``service/`` and ``migrations/`` (``--code``),
 recorded with the git commit, the machine and the versions.
 
-    python benchmarks/load.py                       # everything, ~5 min on 2 cores
-    python benchmarks/load.py --quick               # smoke run, about a minute
-    python benchmarks/load.py --backends sqlite --rows load
+    python -m benchmarks.load                       # everything, ~5 min on 2 cores
+    python -m benchmarks.load --quick               # smoke run, about a minute
+    python -m benchmarks.load --backends sqlite --rows load
 
 Writes benchmarks/results/load.json and load.png; exits 2 when an invariant broke.
 """
@@ -40,66 +40,29 @@ Writes benchmarks/results/load.json and load.png; exits 2 when an invariant brok
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
-import json
 import os
 import platform
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.crowd import (  # noqa: E402
+from benchmarks.crowd import (
     TASK,
     CaliboServer,
     run_kill,
     run_load,
     run_outage,
 )
-from benchmarks.service import (  # noqa: E402
-    PG_ADMIN,
-    _terminate,
-    _versions,
-    cores_used,
-    database,
-    freeze_code,
-    process_cpu,
-)
+from benchmarks.harness import report
+from benchmarks.harness.servers import PG_ADMIN, database, freeze_code, terminate, versions
+from benchmarks.harness.timing import QUANTILE_GRID, cores_used, log, process_cpu, progress_bar
 
-RESULTS = Path(__file__).resolve().parent / "results"
 BACKENDS = ("sqlite", "postgresql")
 ROWS = ("load", "kill", "outage")
-
-
-def log(msg: str) -> None:
-    try:
-        from tqdm import tqdm
-
-        tqdm.write(msg, file=sys.stderr)
-    except ImportError:
-        print(msg, file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def progress_bar(total: int, desc: str) -> Iterator[Callable[[int, int], None]]:
-    """A tqdm bar over acknowledged tells when tqdm is installed; a no-op otherwise."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        yield lambda done, total: None
-        return
-    with tqdm(total=total, desc=desc, unit="pair", leave=False, file=sys.stderr, mininterval=1.0) as bar:
-        def update(done: int, _total: int) -> None:
-            bar.update(max(0, min(done, total) - bar.n))  # redraws at most once a second
-
-        yield update
 
 
 def _server(url: str, tmp: Path, label: str, args: argparse.Namespace) -> CaliboServer:
@@ -186,15 +149,10 @@ def print_table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
-    from benchmarks.service import QUANTILE_GRID
-
-    fig, axes = plt.subplots(2, 2, figsize=(16, 10))
-    cmap = plt.get_cmap("tab10")
+    fig, axes = report.figure(2, 2, figsize=(16, 10))
+    cmap = matplotlib.colormaps["tab10"]
     names = [f"{r['kind']}\n{r['backend']}\n{r['clients']} clients" for r in rows]
     colors = {"load": cmap(0), "kill": cmap(1), "outage": cmap(3)}
 
@@ -260,13 +218,11 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_title(title)
         ax.legend(fontsize=7, loc="upper right")
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 # ----------------------------------------------------------------------- main
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backends", default=",".join(BACKENDS))
     ap.add_argument("--rows", default=",".join(ROWS), help="which scenarios: load, kill, outage")
@@ -284,7 +240,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small numbers for a smoke run")
     ap.add_argument("--out", default=None,
                     help="default benchmarks/results/load.json (a --quick run: a file in the temp dir)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.quick:
         args.clients, args.trials = "16", 300
         args.fault_clients, args.fault_trials, args.outage_seconds = 16, 300, 2.0
@@ -297,10 +253,10 @@ def main() -> None:
         if k not in ROWS:
             ap.error(f"unknown row {k!r}")
     sizes = [int(c) for c in args.clients.split(",") if c]
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, terminate)
     if args.out is None:
         args.out = str(Path(tempfile.gettempdir()) / "calibo-load-quick.json" if args.quick
-                       else RESULTS / "load.json")
+                       else report.RESULTS / "load.json")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.log_dir:
@@ -324,7 +280,7 @@ def main() -> None:
         "retry_policy": "503 and connection errors retried until a 60 s deadline (Retry-After honoured, "
                         "+ jitter; asks keep their Idempotency-Key); 500 and 4xx not retried",
         "timing": "time.perf_counter around each attempt; httpx.Client keep-alive over loopback",
-        "versions": _versions(),
+        "versions": versions(),
     }
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
@@ -345,7 +301,7 @@ def main() -> None:
                     msg = f"{kind}/{backend}/{clients} failed: {type(e).__name__}: {str(e)[:2000]}"
                     failures.append(msg)
                     log(msg)
-                out.with_suffix(".partial.json").write_text(json.dumps({"meta": meta, "rows": rows}))
+                out.with_suffix(".partial.json").write_text(report.dumps({"meta": meta, "rows": rows}))
     except KeyboardInterrupt:
         log(f"interrupted: partial rows in {out.with_suffix('.partial.json')}")
         sys.exit(130)
@@ -353,11 +309,10 @@ def main() -> None:
     meta["loadavg_at_end"] = os.getloadavg()
     meta["failures"] = failures
     print_table(rows, meta)
-    out.write_text(json.dumps({"meta": meta, "rows": rows}))
-    out.with_suffix(".partial.json").unlink(missing_ok=True)
+    report.write_json(out, {"meta": meta, "rows": rows})
     if rows:
         plot(rows, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    report.wrote(out, out.with_suffix(".png"))
     if failures:
         sys.exit(1)
     if any(r.get("problems") for r in rows):

@@ -17,7 +17,7 @@ Problems (every objective minimised; the reference point of each is fixed, so hy
   hence noisy, objective); reference (0.15, 0.5).
 
 Every method runs every (problem, seed) for the problem's trials, side by side in one run, with
-``--in-flight`` K trials running at once on the virtual clock of ``benchmarks/crowd_search.py``
+``--in-flight`` K trials running at once on the harness's virtual clock (``runner.simulate``)
 (K = 1: sequential). calibo is the in-process Optimizer with the problem's directions (EHVI for two
 objectives, ParEGO for three); Optuna's samplers get the same directions (TPE with constant_liar).
 Hypervolume is moocore's, on the values of the first t completed trials.
@@ -28,8 +28,8 @@ and 100 trials (wins / losses / ties over problem x seed, two-sided binomial p),
 per-objective calibration after conformalization: for each objective, the mean over interval pairs
 of |empirical coverage - nominal| over the trials predicted by a conformalized model.
 
-    python benchmarks/multi_objective.py --workers 2                 # everything
-    python benchmarks/multi_objective.py --problems zdt1 --seeds 2 --in-flight 1 --trials 40
+    python -m benchmarks.multi_objective --workers 2                 # everything
+    python -m benchmarks.multi_objective --problems zdt1 --seeds 2 --in-flight 1 --trials 40
 
 Writes benchmarks/results/multi_objective.json and multi_objective.png.
 """
@@ -41,9 +41,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -54,13 +52,8 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import peers, report, runner  # noqa: E402
 
-from benchmarks.crowd_search import _Random, durations, parse_methods, simulate  # noqa: E402
-from benchmarks.runner import run_pool  # noqa: E402
-from benchmarks.search import merge_parts, skipped_runs  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("calibo", "optuna_gp", "optuna_tpe", "optuna_nsga2", "random")
 AT = (25, 50, 100, 200)
 SIGN_AT = (50, 100)
@@ -181,48 +174,7 @@ PROBLEMS: dict[str, Problem] = {
 }
 
 
-# ------------------------------------------------------------------ methods (ask / tell)
-class _Calibo:
-    def __init__(self, prob: Problem, seed: int, settings: dict[str, Any] | None = None) -> None:
-        from calibo.engine import Optimizer
-
-        self.opt = Optimizer(prob.space, directions=prob.dirs(), seed=seed, config=settings or None)
-
-    def ask(self) -> tuple[Any, dict[str, Any]]:
-        s = self.opt.ask()[0]
-        return s.params, s.params
-
-    def tell(self, handle: Any, values: list[float]) -> None:
-        self.opt.tell(handle, values)
-
-    def extra(self) -> dict[str, Any]:
-        return {"calibration": calibration(self.opt.records)}
-
-
-class _Optuna:
-    def __init__(self, prob: Problem, seed: int, sampler: str) -> None:
-        import optuna
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        smp = {"tpe": lambda: optuna.samplers.TPESampler(seed=seed, constant_liar=True),
-               "gp": lambda: optuna.samplers.GPSampler(seed=seed),
-               "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=seed)}[sampler]()
-        self.space = prob.space
-        self.study = optuna.create_study(directions=prob.dirs(), sampler=smp)
-
-    def ask(self) -> tuple[Any, dict[str, Any]]:
-        from benchmarks.peers import _optuna_params
-
-        trial = self.study.ask()
-        return trial, _optuna_params(trial, self.space)
-
-    def tell(self, handle: Any, values: list[float]) -> None:
-        self.study.tell(handle, values)
-
-    def extra(self) -> dict[str, Any]:
-        return {}
-
-
+# ------------------------------------------------------------------ runs
 def calibration(records: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     """Per objective: coverage per interval pair over the trials a conformalized model predicted, and
     the mean |coverage - nominal| over the pairs."""
@@ -240,14 +192,10 @@ def calibration(records: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     return out
 
 
-def make(method: str, prob: Problem, seed: int):
-    if method == "calibo" or method.startswith("calibo:"):  # calibo:key=value[,key=value]: engine settings
-        from benchmarks.search import calibo_overrides
-
-        return _Calibo(prob, seed, calibo_overrides(method))
-    if method == "random":
-        return _Random(prob, seed, prob.trials)
-    return _Optuna(prob, seed, method.removeprefix("optuna_"))
+def make(method: str, prob: Problem, seed: int) -> peers.Peer:
+    """calibo (``calibo:key=value[,key=value]``: engine settings), Optuna's GP / TPE (constant liar) /
+    NSGA-II, or random search, with the problem's directions."""
+    return peers.make(method, prob.space, prob.dirs(), seed, prob.trials)
 
 
 def run_one(method: str, problem: str, k: int, seed: int, trials: int | None = None) -> dict[str, Any]:
@@ -257,10 +205,11 @@ def run_one(method: str, problem: str, k: int, seed: int, trials: int | None = N
         warnings.simplefilter("ignore")
         opt = make(method, prob, seed)
         t0 = time.perf_counter()
-        sim = simulate(opt, prob, durations(problem, seed, k, n), k, n)
+        sim = runner.simulate(opt, prob.objective, runner.durations(problem, seed, k, n), k, n)
     wall = time.perf_counter() - t0
+    extra = {"calibration": calibration(opt.opt.records)} if isinstance(opt, peers.CaliboPeer) else {}
     return {"method": method, "problem": problem, "seed": seed, "k": k, "trials": n, **sim, "wall_s": wall,
-            "overhead_s": wall - sim["objective_s"], **opt.extra()}
+            "overhead_s": wall - sim["objective_s"], **extra}
 
 
 # ------------------------------------------------------------------ analysis
@@ -270,15 +219,18 @@ def hv_curve(run: dict[str, Any]) -> np.ndarray:
 
     prob = PROBLEMS[run["problem"]]
     signs = np.array([1.0 if d == "minimize" else -1.0 for d in prob.dirs()])
-    Y = np.asarray(run["values"], dtype=float) * signs
     ref = np.asarray(prob.ref, dtype=float)
-    out = np.zeros(len(Y))
-    front = np.empty((0, Y.shape[1]))
-    for t in range(len(Y)):
-        both = np.vstack([front, Y[t : t + 1]])
-        front = both[moocore.is_nondominated(both)]
-        inside = front[np.all(front < ref, axis=1)]
-        out[t] = float(moocore.hypervolume(inside, ref=ref)) if len(inside) else 0.0
+    out = np.zeros(report.n_values(run))
+    front = np.empty((0, prob.m))
+    hv = 0.0
+    points = dict(report.front_points(run))  # a point no earlier one dominated (the rest add nothing)
+    for t in range(len(out)):
+        if t in points:
+            both = np.vstack([front, np.asarray(points[t], dtype=float)[None, :] * signs])
+            front = both[moocore.is_nondominated(both)]
+            inside = front[np.all(front < ref, axis=1)]
+            hv = float(moocore.hypervolume(inside, ref=ref)) if len(inside) else 0.0
+        out[t] = hv
     return out
 
 
@@ -369,13 +321,8 @@ def print_tables(summary: dict[str, Any]) -> None:
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ks = list(summary)
-    fig, axes = plt.subplots(1, len(ks), figsize=(6 * len(ks), 4), squeeze=False)
+    fig, axes = report.figure(1, len(ks), (6.0, 4.0))
     for ax, k in zip(axes[0], ks, strict=True):
         blk = summary[k]
         cols = list(blk["mean_rank"])
@@ -387,58 +334,47 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         ax.set_title(f"{k} in flight, {blk['cells']} problem x seed cells")
         ax.invert_yaxis()
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--problems", default=",".join(PROBLEMS))
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--seed-offset", type=int, default=0)
-    ap.add_argument("--in-flight", default="1,8")
-    ap.add_argument("--trials", type=int, default=None, help="override every problem's trials (smoke runs)")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--out", default=str(RESULTS / "multi_objective.json"))
-    ap.add_argument("--merge", nargs="*", help="partial result files to combine instead of running")
-    ap.add_argument("--skip", nargs="*", default=[], help="result files whose runs are not repeated")
-    args = ap.parse_args()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    if args.merge:
-        runs, meta = merge_parts(args.merge, run_key, 0)
-        meta.pop("trials")  # a problem's own budget: no one count for all
-    else:
-        methods = parse_methods(args.methods)
-        problems = args.problems.split(",")
-        unknown = [m for m in methods if m not in METHODS and not m.startswith("calibo:")]
-        unknown += [p for p in problems if p not in PROBLEMS]
-        if unknown:
-            sys.exit(f"unknown {unknown}: methods {METHODS}, problems {sorted(PROBLEMS)}")
-        skipped = skipped_runs(args.skip)
-        done = {run_key(r) for r in skipped}
-        seeds = range(args.seed_offset, args.seed_offset + args.seeds)
-        jobs = [(m, p, int(k), s, args.trials) for s in seeds for p in problems
-                for k in args.in_flight.split(",") for m in methods if (m, p, int(k), s) not in done]
-        # seed by seed (a run cut off leaves whole seeds), the slowest first within a seed
-        jobs.sort(key=lambda j: (j[3], j[0] not in ("optuna_gp", "calibo"),
-                                 j[1] not in ("mlp_size", "gbm_time", "dtlz2")))
-        meta = {"methods": methods, "problems": problems, "seeds": args.seeds, "seed_offset": args.seed_offset,
-                "in_flight": args.in_flight, "durations": "lognormal(0, 1) virtual clock", "workers": args.workers}
-        runs = skipped + run_pool(run_one, jobs, args.workers, "multi-objective runs",
-                                  out.with_suffix(".partial.json"), meta)
-    summary = summarize(runs)
-    print_tables(summary)
-    meta.update(references={p: PROBLEMS[p].ref for p in PROBLEMS}, wall_seconds=time.time() - t0)
-    out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}))
-    plot(summary, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    report.save_figure(fig, path)
 
 
 def run_key(run: dict[str, Any]) -> tuple[str, str, int, int]:
     return run["method"], run["problem"], run["k"], run["seed"]
+
+
+def directions(run: dict[str, Any]) -> list[str]:
+    return PROBLEMS[run["problem"]].dirs()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--problems", default=",".join(PROBLEMS))
+    ap.add_argument("--in-flight", default="1,8")
+    runner.add_run_arguments(ap, report.RESULTS / "multi_objective.json", seeds=5, trials=0)
+    ap.set_defaults(trials=None)  # each problem's own budget; --trials overrides them all (smoke runs)
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    methods, problems = peers.parse_methods(args.methods), args.problems.split(",")
+    unknown = [m for m in methods if m not in METHODS and not m.startswith("calibo:")]
+    unknown += [p for p in problems if p not in PROBLEMS]
+    if unknown and not args.merge:
+        raise SystemExit(f"unknown {unknown}: methods {METHODS}, problems {sorted(PROBLEMS)}")
+    jobs = [(m, p, int(k), s, args.trials) for s in runner.seeds_of(args) for p in problems
+            for k in args.in_flight.split(",") for m in methods]
+    # seed by seed (a run cut off leaves whole seeds), the slowest first within a seed
+    jobs.sort(key=lambda j: (j[3], j[0] not in ("optuna_gp", "calibo"), j[1] not in ("mlp_size", "gbm_time", "dtlz2")))
+    runs, meta = runner.collect(args, jobs, run_one, run_key, lambda j: j[:4], "multi-objective runs",
+                                {"methods": methods, "problems": problems, "seeds": args.seeds,
+                                 "seed_offset": args.seed_offset, "in_flight": args.in_flight,
+                                 "durations": "lognormal(0, 1) virtual clock"})
+    meta.pop("trials", None)  # a problem's own budget: no one count for all
+    summary = summarize(runs)
+    print_tables(summary)
+    meta.update(references={p: PROBLEMS[p].ref for p in PROBLEMS}, wall_seconds=time.time() - t0)
+    out = report.write_json(args.out, {"meta": meta, "summary": summary, "runs": runs}, directions)
+    plot(summary, out.with_suffix(".png"))
+    report.wrote(out, out.with_suffix(".png"))
+
 
 if __name__ == "__main__":
     main()

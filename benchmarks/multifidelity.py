@@ -61,8 +61,8 @@ rung-based calibo pruners (Decision.kept / competitors per rung); the aims:
   regret over datasets x seeds <= Optuna's + ``--tolerance`` (a sign test over
   the paired cells is reported alongside).
 
-    python benchmarks/multifidelity.py --workers 2                 # everything (10 seeds; ~3 min on 2 cores)
-    python benchmarks/multifidelity.py --seeds 2 --configs 60 --budget 10 --methods none,sh,sh+,optuna_sh
+    python -m benchmarks.multifidelity --workers 2                 # everything (10 seeds; ~3 min on 2 cores)
+    python -m benchmarks.multifidelity --seeds 2 --configs 60 --budget 10 --methods none,sh,sh+,optuna_sh
 
 Writes benchmarks/results/multifidelity.json and multifidelity.png.
 """
@@ -77,19 +77,17 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
-from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.harness import report, runner  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
+ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "calibo" / "multifidelity_curves.npz"
 DATASETS = ("digits", "breast_cancer")
 CALIBO = ("median", "sh", "hb", "sh+", "hb+")
@@ -572,13 +570,9 @@ STYLE = {"none": ("k", ":"), "median": ("tab:green", "-"), "sh": ("tab:blue", "-
 
 
 def plot(summary: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = [*summary["datasets"], "mean"]
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(4.8 * (len(panels) + 1), 4.4))
+    fig, grid_axes = report.figure(1, len(panels) + 1, (4.8, 4.4))
+    axes = grid_axes[0]
     grid = np.array(summary["grid"])
     for ax, d in zip(axes, panels, strict=False):
         cs = summary["curves"][d]
@@ -616,8 +610,7 @@ def plot(summary: dict, path: Path) -> None:
     ax.set_ylabel("budget fraction to reach sh's final mean regret")
     ax.set_title("epochs to sh's final regret (dashed: sh+ aim 0.6)", fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    report.save_figure(fig, path)
 
 
 def _meta_code() -> dict[str, Any]:
@@ -644,7 +637,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--datasets", default=",".join(DATASETS))
@@ -660,15 +653,13 @@ def main() -> None:
     ap.add_argument("--cache", default=str(CACHE), help="curve tables cache (.npz)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the curve tables even when cached")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--out", default=str(RESULTS / "multifidelity.json"))
-    args = ap.parse_args()
+    ap.add_argument("--out", default=str(report.RESULTS / "multifidelity.json"))
+    args = ap.parse_args(argv)
     methods = args.methods.split(",")
     datasets = args.datasets.split(",")
     bad = [m for m in methods if m not in METHODS] + [d for d in datasets if d not in DATASETS]
     if bad:
-        sys.exit(f"unknown {bad}: methods {', '.join(METHODS)}; datasets {', '.join(DATASETS)}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+        raise SystemExit(f"unknown {bad}: methods {', '.join(METHODS)}; datasets {', '.join(DATASETS)}")
     t0 = time.time()
     tables, build_s = load_tables(Path(args.cache), datasets, args.configs, args.epochs, args.table_seed,
                                   args.workers, args.rebuild)
@@ -680,17 +671,8 @@ def main() -> None:
     jobs = [(m, d, s, args.in_flight, budget, table_args) for s in range(args.seed_offset, args.seed_offset + args.seeds)
             for d in datasets for m in methods]
     jobs.sort(key=lambda j: (j[0] not in SLOW, SLOW.index(j[0]) if j[0] in SLOW else 0))  # slowest first
-    from tqdm import tqdm
-
-    runs: list[dict] = []
     t1 = time.time()
-    with ProcessPoolExecutor(args.workers) as pool:
-        futs = {pool.submit(run_one, j): j[:3] for j in jobs}
-        for f in tqdm(as_completed(futs), total=len(futs), desc="multifidelity runs"):
-            try:
-                runs.append(f.result())
-            except Exception as e:  # one run crashing is reported, not fatal
-                print(f"run {futs[f]} failed: {e!r}", file=sys.stderr)
+    runs = runner.run_pool(run_one, [(j,) for j in jobs], args.workers, "multifidelity runs")
     sim_s = time.time() - t1
     summary = summarize(runs, tables, args.tolerance)
     print_tables(summary)
@@ -699,7 +681,7 @@ def main() -> None:
             "code": _meta_code(), "versions": _versions(), "cpu_count": os.cpu_count(),
             "platform": platform.platform(), "loadavg_at_start": os.getloadavg(), "table_build_s": build_s,
             "simulation_s": sim_s, "wall_seconds": time.time() - t0}
-    out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}))
+    out = report.write_json(args.out, {"meta": meta, "summary": summary, "runs": runs})
     plot(summary, out.with_suffix(".png"))
     print(f"\n{len(runs)} runs in {sim_s:.0f} s (tables {build_s:.0f} s); wrote {out} and {out.with_suffix('.png')}")
 

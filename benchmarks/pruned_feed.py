@@ -16,14 +16,12 @@ epoch budget for both), the epochs spent by all the trials, the pruned count, an
 the paired difference (feed minus no feed) with a sign test. Writes
 ``benchmarks/results/pruned_feed.json`` and ``.png``.
 
-    .venv/bin/python benchmarks/pruned_feed.py [--seeds 10 --trials 60]
+    python -m benchmarks.pruned_feed [--seeds 10 --trials 60]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import tempfile
 import time
 import warnings
@@ -32,12 +30,9 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.harness import report
+from benchmarks.harness.servers import calibo_server
 
-from benchmarks.service import calibo_server  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
 SPACE = {"alpha": {"type": "float", "low": 1e-6, "high": 1e-1, "log": True},
          "eta0": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
          "learning_rate": {"type": "categorical", "choices": ["constant", "invscaling", "adaptive"]}}
@@ -111,14 +106,14 @@ def sign_test(d: list[float]) -> dict[str, Any]:
     return {"feed_better": wins, "feed_worse": losses, "ties": len(d) - wins - losses, "p": float(p)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--trials", type=int, default=80, help="trials per study (enough to spend the budget)")
     ap.add_argument("--budget", type=int, default=250, help="epochs: the best completed trial within them")
     ap.add_argument("--epochs", type=int, default=27)
-    ap.add_argument("--out-dir", default=str(RESULTS))
-    args = ap.parse_args()
+    ap.add_argument("--out", default=str(report.RESULTS / "pruned_feed.json"))
+    args = ap.parse_args(argv)
     from tqdm import tqdm
 
     rows: list[dict[str, Any]] = []
@@ -145,18 +140,12 @@ def main() -> None:
         print(f"{k:12s} {s['best_mean']:15.4f} {s['best_median']:8.4f} {s['epochs_mean']:8.0f} {s['pruned_mean']:7.1f}")
     print(f"paired (feed - no feed): mean {np.mean(diff):+.4f}; feed better on {test['feed_better']}, "
           f"worse on {test['feed_worse']} seeds (sign test p={test['p']:.3f})")
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "args": vars(args), "seconds": time.time() - t0,
             "in_flight": 1}
-    (out / "pruned_feed.json").write_text(json.dumps({"meta": meta, "summary": summary, "sign_test": test,
-                                                      "paired_mean": float(np.mean(diff)), "rows": rows}, indent=1))
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 4))
+    out = report.write_json(args.out, {"meta": meta, "summary": summary, "sign_test": test,
+                                       "paired_mean": float(np.mean(diff)), "rows": rows})
+    fig, axes = report.figure(figsize=(5, 4))
+    ax = axes[0][0]
     for i, f in enumerate((False, True)):
         best = [r["best"] for r in by[f] if r["best"] is not None]
         ax.scatter(np.full(len(best), i) + np.linspace(-0.1, 0.1, len(best)), best, s=14)
@@ -164,9 +153,8 @@ def main() -> None:
     ax.set_xticks([0, 1], ["no feed (default)", "feed_pruned"])
     ax.set_ylabel("best validation log loss (lower is better)")
     ax.set_title(f"pruned values as observations: {args.seeds} seeds")
-    fig.tight_layout()
-    fig.savefig(out / "pruned_feed.png", dpi=110)
-    print(f"wrote {out / 'pruned_feed.json'} and .png")
+    report.save_figure(fig, out.with_suffix(".png"), dpi=110)
+    report.wrote(out, out.with_suffix(".png"))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 """Real model tuning: calibo against Optuna GP and TPE, SMAC3, ConfOpt and random search.
 
-The suite (``benchmarks/real_tasks.py``): scikit-learn and LightGBM models on the datasets
+The suite (``harness.tasks``: the tasks of kind ``real``): scikit-learn and LightGBM models on the datasets
 scikit-learn ships, scored as people score them (1 - accuracy, balanced error, log loss, MSE,
 MAE) by cross-validation on a fixed split; int, log-scale and categorical parameters; six tasks
 with large plateaus. Every method runs every (task, seed) for ``--trials`` trials, side by side
 in one run, sequentially (K = 1) and with ``--in-flight`` trials running at once (K = 8 by
-default, results arriving out of order on a virtual clock: ``benchmarks/crowd_search.py``).
+default, results arriving out of order on a virtual clock: ``runner.run_crowd``).
 ConfOpt has no ask/tell, so it runs sequentially only.
 
 Reported per K: the mean rank of best-so-far (1 = best, ties share) over tasks x seeds at 25,
@@ -13,10 +13,10 @@ Reported per K: the mean rank of best-so-far (1 = best, ties share) over tasks x
 sign tests of each calibo method against each peer (wins / losses / ties over task x seed,
 two-sided binomial p); and, per task, whether calibo's mean best at 100 is worse than random's.
 
-    python benchmarks/real_tuning.py --workers 2                      # everything (hours on 2 cores)
-    python benchmarks/real_tuning.py --methods calibo,random --tasks knn_iris --seeds 2 --in-flight 1
-    python benchmarks/real_tuning.py --merge a.json b.json             # combine partial runs
-    python benchmarks/real_tuning.py --tasks heldout --methods calibo,optuna_gp,optuna_tpe,smac,random \
+    python -m benchmarks.real_tuning --workers 2                      # everything (hours on 2 cores)
+    python -m benchmarks.real_tuning --methods calibo,random --tasks knn_iris --seeds 2 --in-flight 1
+    python -m benchmarks.real_tuning --merge a.json b.json             # combine partial runs
+    python -m benchmarks.real_tuning --tasks heldout --methods calibo,optuna_gp,optuna_tpe,smac,random \
         --out benchmarks/results/real_tuning_heldout_tasks.json           # the held-out tasks
 
 Writes benchmarks/results/real_tuning.json and real_tuning.png.
@@ -29,37 +29,15 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy / torch: one core per run
 
 import argparse  # noqa: E402
-import json  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.crowd_search import (  # noqa: E402
-    SEQUENTIAL_ONLY,
-    _at,
-    _sign_test,
-    check_methods,
-    checkpoints,
-    is_calibo,
-    parse_methods,
-    run_jobs,
-    run_key,
-)
-from benchmarks.real_tasks import HELDOUT_TASKS, PLATEAU_TASKS, REAL_TASKS  # noqa: E402
-from benchmarks.search import (  # noqa: E402
-    RESULTS,
-    _mean_ranks,
-    add_run_arguments,
-    best_so_far,
-    merge_parts,
-    skipped_runs,
-)
-from benchmarks.tasks import TASKS  # noqa: E402
+from benchmarks.harness import report, runner  # noqa: E402
+from benchmarks.harness.peers import LOOP_ONLY, check_methods, is_calibo, parse_methods  # noqa: E402
+from benchmarks.harness.tasks import PLATEAU_TASKS, TASKS, select  # noqa: E402
 
 METHODS = ("calibo", "optuna_gp", "optuna_tpe", "smac", "confopt", "random")
 AT = (25, 50, 100)
@@ -67,27 +45,27 @@ AT = (25, 50, 100)
 
 # ------------------------------------------------------------------ analysis
 def summarize_k(runs: list[dict], trials: int) -> dict[str, Any]:
-    curves = {(r["method"], r["task"], r["seed"]): best_so_far(r["values"], TASKS[r["task"]].direction, trials)
+    curves = {(r["method"], r["task"], r["seed"]): report.best_so_far(r, TASKS[r["task"]].direction, trials)
               for r in runs}
     methods = sorted({m for m, _, _ in curves}, key=lambda m: (not is_calibo(m), m))
     cells = sorted({(t, s) for _, t, s in curves})
     full = [c for c in cells if all((m, *c) in curves for m in methods)]
-    ranks = _mean_ranks(curves, methods, full)
-    at = checkpoints(AT, trials)
+    ranks = report.mean_ranks(curves, methods, full)
+    at = report.checkpoints(AT, trials)
     tasks = sorted({t for t, _ in cells})
-    best = {m: {t: float(np.mean([_at(curves[(m, t, s)], trials) for (tt, s) in full if tt == t]))
+    best = {m: {t: float(np.mean([report.value_at(curves[(m, t, s)], trials) for (tt, s) in full if tt == t]))
                 for t in tasks if any(tt == t for tt, _ in full)} for m in methods}
     peers = [m for m in methods if not is_calibo(m)]
-    signs = {str(t): {f"{a} vs {b}": _sign_test(curves, a, b, full, t) for a in methods if is_calibo(a)
+    signs = {str(t): {f"{a} vs {b}": report.sign_test(curves, a, b, full, t) for a in methods if is_calibo(a)
                       for b in peers} for t in at}
     # a mean of the same quantized scores summed in another order may differ in the last bits: not worse
     worse_than_random = {a: [t for t in best[a] if "random" in best
                              and best[a][t] > best["random"][t] + 1e-12 * abs(best["random"][t])]
                          for a in methods if is_calibo(a)}
     return {"methods": methods, "cells": len(full), "tasks": tasks, "rank_curve": ranks,
-            "rank_at": {m: {str(t): _at(r, t) for t in at} for m, r in ranks.items()},
+            "rank_at": {m: {str(t): report.value_at(r, t) for t in at} for m, r in ranks.items()},
             "mean_best": best, "sign_tests": signs, "worse_than_random": worse_than_random,
-            "overhead_ms_per_trial": {m: 1000 * float(np.mean([r["overhead_s"] / len(r["values"]) for r in runs
+            "overhead_ms_per_trial": {m: 1000 * float(np.mean([r["overhead_s"] / report.n_values(r) for r in runs
                                                                 if r["method"] == m])) for m in methods}}
 
 
@@ -122,21 +100,15 @@ def print_tables(summary: dict) -> None:
 
 
 def plot(summary: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ks = list(summary["by_k"])
-    fig, axes = plt.subplots(1, 2 * len(ks), figsize=(6.0 * 2 * len(ks), 4.6), squeeze=False)
-    cmap = plt.get_cmap("tab10")
+    fig, axes = report.figure(1, 2 * len(ks), (6.0, 4.6))
     methods = sorted({m for b in summary["by_k"].values() for m in b["methods"]}, key=lambda m: (not is_calibo(m), m))
-    colors = {m: cmap(i % 10) for i, m in enumerate(methods)}
+    col = report.colors(methods)
     for j, k in enumerate(ks):
         blk = summary["by_k"][k]
         ax = axes[0][2 * j]
         for m, r in blk["rank_curve"].items():
-            ax.plot(np.arange(1, len(r) + 1), r, label=m, color=colors[m], lw=2.4 if is_calibo(m) else 1.2)
+            ax.plot(np.arange(1, len(r) + 1), r, label=m, color=col[m], lw=2.4 if is_calibo(m) else 1.2)
         ax.set_title(f"real tuning, {k} in flight: mean rank ({blk['cells']} cells)", fontsize=9)
         ax.set_xlabel("completed trials")
         ax.set_ylabel("mean rank of best-so-far (lower is better)")
@@ -150,56 +122,41 @@ def plot(summary: dict, path: Path) -> None:
                 vals = [blk["mean_best"][mm][t] for mm in blk["methods"]]
                 span = max(vals) - min(vals)
                 rel.append((blk["mean_best"][m][t] - min(vals)) / span if span > 0 else 0.0)
-            ax.bar(np.arange(len(tasks)) + i * width, rel, width, color=colors[m], label=m)
+            ax.bar(np.arange(len(tasks)) + i * width, rel, width, color=col[m], label=m)
         ax.set_xticks(np.arange(len(tasks)) + 0.4, [t + ("*" if t in summary["plateau_tasks"] else "")
                                                     for t in tasks], rotation=60, ha="right", fontsize=7)
         ax.set_title(f"{k} in flight: mean best at {summary['trials']}, 0 = best method, 1 = worst "
                      "(* plateau task)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    report.save_figure(fig, path)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--in-flight", default="1,8", help="comma list of K (trials in flight)")
-    add_run_arguments(ap, RESULTS / "real_tuning.json")
-    ap.set_defaults(tasks=",".join(REAL_TASKS), seeds=5)
-    args = ap.parse_args()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    runner.add_run_arguments(ap, report.RESULTS / "real_tuning.json", "real", seeds=5)
+    args = ap.parse_args(argv)
     t0 = time.time()
-    if args.merge:
-        runs, meta = merge_parts(args.merge, run_key, args.trials)
-        trials = meta["trials"]
-    else:
-        methods = parse_methods(args.methods)
+    methods = parse_methods(args.methods)
+    if not args.merge:
         check_methods(methods)
-        tasks = list(HELDOUT_TASKS) if args.tasks == "heldout" else args.tasks.split(",")
-        bad = [t for t in tasks if t not in TASKS]
-        if bad:
-            sys.exit(f"unknown tasks {bad}; choose from {sorted(REAL_TASKS)}, 'heldout' or {sorted(HELDOUT_TASKS)}")
-        ks = [int(k) for k in args.in_flight.split(",")]
-        seeds = range(args.seed_offset, args.seed_offset + args.seeds)
-        skipped = skipped_runs(args.skip)
-        done = {run_key(r) for r in skipped}
-        jobs = [(m, t, args.trials, k, s) for s in seeds for t in tasks for k in ks for m in methods
-                if (m, t, s, k) not in done and not (m in SEQUENTIAL_ONLY and k != 1)]
-        slow = ("confopt", "smac", "optuna_gp", "mlp_iris", "rf_wine")
-        # seed by seed and task by task (a run cut off leaves whole task x seed cells), the slowest
-        # methods first within a cell
-        jobs.sort(key=lambda j: (j[4], j[1] not in slow, j[1], j[0] not in slow, j))
-        runs = skipped + run_jobs(jobs, args.workers, out.with_suffix(".partial.json"))
-        trials = args.trials
-        meta = {"methods": methods, "tasks": tasks, "in_flight": ks, "seeds": args.seeds,
-                "seed_offset": args.seed_offset, "trials": trials, "durations": "lognormal(0, 1)",
-                "workers": args.workers, "cpu_count": os.cpu_count()}
-    summary = summarize(runs, trials)
+    tasks, ks = select(args.tasks), [int(k) for k in args.in_flight.split(",")]
+    jobs = [(m, t, args.trials, k, s) for s in runner.seeds_of(args) for t in tasks for k in ks for m in methods
+            if not (m in LOOP_ONLY and k != 1)]
+    slow = ("confopt", "smac", "optuna_gp", "mlp_iris", "rf_wine")
+    # seed by seed and task by task (a run cut off leaves whole task x seed cells), the slowest
+    # methods first within a cell
+    jobs.sort(key=lambda j: (j[4], j[1] not in slow, j[1], j[0] not in slow, j))
+    runs, meta = runner.collect(args, jobs, runner.run_crowd, runner.crowd_key, runner.crowd_job_key,
+                                "real tuning runs", {"methods": methods, "tasks": tasks, "in_flight": ks,
+                                                     "seeds": args.seeds, "seed_offset": args.seed_offset,
+                                                     "trials": args.trials, "durations": "lognormal(0, 1)"})
+    summary = summarize(runs, meta["trials"])
     print_tables(summary)
     meta["wall_seconds"] = time.time() - t0
-    out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}))
+    out = report.write_json(args.out, {"meta": meta, "summary": summary, "runs": runs}, runner.task_direction)
     plot(summary, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    report.wrote(out, out.with_suffix(".png"))
 
 
 if __name__ == "__main__":

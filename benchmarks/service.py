@@ -42,11 +42,11 @@ for the latency row only: it refits a GP at every ask). Its throughput uses
 (own storage, own connections). The load generator shares the machine's cores
 with the system under test in both cases.
 
-    python benchmarks/service.py                                  # everything
-    python benchmarks/service.py --quick                          # smoke run, a minute or two
-    python benchmarks/service.py --backends sqlite --systems calibo,optuna_tpe --pairs 100
-    python benchmarks/service.py --merge a.json b.json             # combine runs (later rows win)
-    python benchmarks/service.py --systems calibo --objectives 2 --out benchmarks/results/service_mo.json
+    python -m benchmarks.service                                  # everything
+    python -m benchmarks.service --quick                          # smoke run, a minute or two
+    python -m benchmarks.service --backends sqlite --systems calibo,optuna_tpe --pairs 100
+    python -m benchmarks.service --merge a.json b.json             # combine runs (later rows win)
+    python -m benchmarks.service --systems calibo --objectives 2 --out benchmarks/results/service_mo.json
 
 Writes benchmarks/results/service.json and service.png.
 """
@@ -60,561 +60,50 @@ import json
 import os
 import platform
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 import warnings
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.harness import report
+from benchmarks.harness.servers import (
+    Calibo,
+    calibo_server,
+    database,
+    fit_status,
+    freeze_code,
+    server_env,
+    terminate,
+    versions,
+)
+from benchmarks.harness.tasks import TASKS
+from benchmarks.harness.timing import (
+    QUANTILE_GRID,
+    PairFn,
+    combine_throughput,
+    log,
+    process_cpu,
+    run_latency,
+    run_throughput,
+)
 
-from benchmarks.tasks import TASKS  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
 TASK = TASKS["hartmann6"]
 OBJECTIVES = 1  # --objectives 2: calibo's studies are multi-objective (Hartmann-6 and a distance)
-
-
-def told(params: dict[str, Any]) -> dict[str, Any]:
-    """A tell's body: the value, or with ``--objectives 2`` two values (Hartmann-6 and the squared
-    distance to the centre of the space, which pull apart)."""
-    v = float(TASK.objective(params))
-    if OBJECTIVES == 1:
-        return {"value": v}
-    return {"values": [v, float(sum((params[k] - 0.5) ** 2 for k in sorted(params)))]}
 BACKENDS = ("sqlite", "postgresql")
 SYSTEMS = ("calibo", "optuna_tpe", "optuna_gp")
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 AIMS = {"ask_p50_ms": 20.0, "ask_p99_ms": 100.0, "tell_p50_ms": 10.0, "pairs_per_s": 300.0}
 OTHERS_WARN = 0.2  # cores busy with other work during a row, beyond which the table flags it
-QUANTILE_GRID = np.linspace(0.0, 100.0, 201)  # every half percentile, for CDFs from the JSON
-
-PairFn = Callable[[], tuple[float, float]]  # one ask+tell -> (ask seconds, tell seconds)
-
-
-def log(msg: str) -> None:
-    from tqdm import tqdm
-
-    tqdm.write(msg, file=sys.stderr)
-
-
-def _terminate(signum: int, _frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-# ------------------------------------------------------------------ summaries
-def summarize_ms(seconds: list[float]) -> dict[str, Any]:
-    """Latencies in seconds -> percentiles in milliseconds (and a quantile grid for CDFs)."""
-    if not seconds:
-        return {"n": 0}
-    ms = 1000.0 * np.asarray(seconds, dtype=float)
-    return {
-        "n": int(ms.size),
-        "p50": float(np.percentile(ms, 50)),
-        "p90": float(np.percentile(ms, 90)),
-        "p99": float(np.percentile(ms, 99)),
-        "mean": float(ms.mean()),
-        "min": float(ms.min()),
-        "max": float(ms.max()),
-        "grid": [round(float(v), 3) for v in np.percentile(ms, QUANTILE_GRID)],
-    }
-
-
-def process_cpu(pgid: int | None = None) -> dict[str, float]:
-    """CPU seconds (user + system) used so far, by who used them.
-
-    ``bench``: this process (the load generator, or Optuna in-process); on Linux also
-    ``server_api`` / ``server_workers`` (the process group ``pgid`` of a calibo server),
-    ``postgresql`` (every process named postgres), ``machine`` (all cores, from /proc/stat) and
-    ``others`` (the machine less all of these: anything else running at the same time).
-    """
-    t = os.times()
-    out = {"bench": t.user + t.system}
-    try:
-        tick = os.sysconf("SC_CLK_TCK")
-        cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-        busy = sum(int(cpu[i]) for i in (0, 1, 2, 5, 6, 7))  # user nice system irq softirq steal
-    except (OSError, ValueError, IndexError):
-        return out
-    out["server_api"] = out["server_workers"] = out["postgresql"] = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        comm = text[text.find("(") + 1:text.rfind(")")]
-        fields = text[text.rfind(")") + 2:].split()  # state ppid pgrp ... utime(11) stime(12)
-        used = (int(fields[11]) + int(fields[12])) / tick
-        if pgid is not None and int(fields[2]) == pgid:
-            out["server_api" if int(stat.parent.name) == pgid else "server_workers"] += used
-        elif comm == "postgres":
-            out["postgresql"] += used
-    if pgid is None:
-        del out["server_api"], out["server_workers"]
-    out["machine"] = busy / tick
-    return out
-
-
-def cores_used(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
-    """Mean cores busy between two :func:`process_cpu` readings, with ``others`` = machine less ours.
-
-    A process that exited in between (a server's fit worker replaced) is missing from ``after``;
-    such counts are only approximate.
-    """
-    used = {k: max(0.0, after[k] - before.get(k, 0.0)) / seconds for k in after}
-    if "machine" in used:
-        used["others"] = max(0.0, used["machine"] - sum(v for k, v in used.items() if k != "machine"))
-    return {k: round(v, 3) for k, v in used.items()}
-
-
-# ------------------------------------------------------------------ harnesses
-def run_latency(pair: PairFn, pairs: int, warmup: int, desc: str,
-                cpu: Callable[[], dict[str, float]] = process_cpu) -> dict[str, Any]:
-    """``warmup`` untimed pairs, then ``pairs`` timed ones, one after the other."""
-    from tqdm import tqdm
-
-    for _ in range(warmup):
-        pair()
-    asks, tells = [], []
-    cpu0 = cpu()
-    t0 = time.perf_counter()
-    for _ in tqdm(range(pairs), desc=desc, leave=False, file=sys.stderr):
-        a, t = pair()
-        asks.append(a)
-        tells.append(t)
-    wall = time.perf_counter() - t0
-    cpu1 = cpu()
-    return {"kind": "latency", "pairs": pairs, "warmup_pairs": warmup, "wall_s": wall,
-            "cpu_cores_used": cores_used(cpu0, cpu1, wall),
-            "ask": summarize_ms(asks), "tell": summarize_ms(tells),
-            "raw_ms": {"ask": [round(1000 * a, 3) for a in asks], "tell": [round(1000 * t, 3) for t in tells]}}
-
-
-def run_throughput(make_pair: Callable[[int], PairFn], clients: int, duration: float, warmup: float,
-                   desc: str, cpu: Callable[[], dict[str, float]] = process_cpu) -> dict[str, Any]:
-    """``clients`` threads doing ask+tell pairs; counted over ``duration`` after ``warmup`` seconds.
-
-    ``make_pair(i)`` runs in thread ``i`` before the start (connections, loading
-    the study) and returns that thread's pair function. A pair counts when it
-    ends inside the window; its latencies count when it lies wholly inside.
-    """
-    from tqdm import tqdm
-
-    stop = threading.Event()
-    barrier = threading.Barrier(clients + 1)
-    records: list[list[tuple[float, float, float, float]]] = [[] for _ in range(clients)]
-    errors: list[list[str]] = [[] for _ in range(clients)]
-    setup_errors: list[str] = []
-
-    def worker(i: int) -> None:
-        try:
-            pair = make_pair(i)
-        except Exception as e:  # reported; the barrier is broken so the run stops
-            setup_errors.append(f"{type(e).__name__}: {e}")
-            barrier.abort()
-            return
-        try:
-            barrier.wait()
-        except threading.BrokenBarrierError:
-            return
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            try:
-                a, t = pair()
-            except Exception as e:  # an error is a failed pair, counted and reported
-                errors[i].append(f"{type(e).__name__}: {str(e)[:200]}")
-                continue
-            records[i].append((t0, time.perf_counter(), a, t))
-
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True, name=f"bench-{i}")
-               for i in range(clients)]
-    for th in threads:
-        th.start()
-    try:
-        barrier.wait()
-    except threading.BrokenBarrierError:
-        stop.set()
-        raise RuntimeError(f"throughput setup failed: {setup_errors[:3]}") from None
-    start = time.perf_counter()
-    lo, hi = start + warmup, start + warmup + duration
-    cpu0 = cpu1 = None
-    try:
-        with tqdm(total=round(warmup + duration), desc=desc, unit="s", leave=False, file=sys.stderr) as bar:
-            for until in (lo, hi):
-                while (left := until - time.perf_counter()) > 0:
-                    time.sleep(min(1.0, left))
-                    bar.n = min(bar.total, round(time.perf_counter() - start))
-                    bar.refresh()
-                if cpu0 is None:
-                    cpu0 = cpu()
-            cpu1 = cpu()
-    finally:
-        stop.set()
-        for th in threads:
-            th.join(timeout=120)
-    alive = sum(th.is_alive() for th in threads)
-    flat = [r for rs in records for r in rs]
-    done = [r for r in flat if lo <= r[1] < hi]
-    inside = [r for r in flat if r[0] >= lo and r[1] < hi]
-    errs = [e for es in errors for e in es]
-    kinds: dict[str, int] = {}
-    for e in errs:
-        k = e.split(":")[0]
-        kinds[k] = kinds.get(k, 0) + 1
-    return {"kind": "throughput", "clients": clients, "duration_s": duration, "warmup_s": warmup,
-            "pairs_in_window": len(done), "pairs_per_s": len(done) / duration,
-            "pairs_total": len(flat), "errors": len(errs), "error_kinds": kinds,
-            "error_examples": errs[:5], "threads_stuck": alive,
-            "cpu_cores_used": cores_used(cpu0, cpu1, duration),
-            "ask": summarize_ms([r[2] for r in inside]), "tell": summarize_ms([r[3] for r in inside]),
-            "_raw": ([r[2] for r in inside], [r[3] for r in inside])}
-
-
-def combine_throughput(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Repeated throughput runs -> one row: median pairs/s (every run kept), latencies pooled."""
-    asks = [a for r in runs for a in r["_raw"][0]]
-    tells = [t for r in runs for t in r["_raw"][1]]
-    per_run = []
-    for r in runs:
-        r.pop("_raw")
-        per_run.append({k: r[k] for k in ("pairs_per_s", "pairs_in_window", "errors", "cpu_cores_used",
-                                          "status_before", "status_after") if k in r}
-                       | {"ask_p50": r["ask"].get("p50"), "ask_p99": r["ask"].get("p99"),
-                          "tell_p50": r["tell"].get("p50"), "tell_p99": r["tell"].get("p99")})
-    rates = [r["pairs_per_s"] for r in runs]
-    cpu_keys = {k for r in runs for k in r.get("cpu_cores_used", {})}
-    kinds: dict[str, int] = {}
-    for r in runs:
-        for k, v in r["error_kinds"].items():
-            kinds[k] = kinds.get(k, 0) + v
-    first = runs[0]
-    return {"kind": "throughput", "clients": first["clients"], "duration_s": first["duration_s"],
-            "warmup_s": first["warmup_s"], "repeats": len(runs),
-            "pairs_per_s": float(np.median(rates)), "pairs_per_s_min": min(rates), "pairs_per_s_max": max(rates),
-            "pairs_in_window": sum(r["pairs_in_window"] for r in runs),
-            "pairs_total": sum(r["pairs_total"] for r in runs),
-            "errors": sum(r["errors"] for r in runs), "error_kinds": kinds,
-            "error_examples": [e for r in runs for e in r["error_examples"]][:5],
-            "threads_stuck": sum(r["threads_stuck"] for r in runs),
-            "cpu_cores_used": {k: round(float(np.mean([r["cpu_cores_used"].get(k, 0.0) for r in runs])), 3)
-                               for k in sorted(cpu_keys)},
-            "ask": summarize_ms(asks), "tell": summarize_ms(tells), "runs": per_run}
-
-
-# ------------------------------------------------------------------ resources
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def pg_database(name: str) -> Iterator[str]:
-    """A fresh PostgreSQL database, dropped (WITH FORCE) afterwards; yields its URL."""
-    import psycopg
-
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-    finally:
-        for attempt in range(5):  # the server may hold every connection slot for a moment longer
-            try:
-                with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                break
-            except Exception as e:  # reported, never masks the run's own error
-                if attempt == 4:
-                    log(f"could not drop database {name}: {e!r}; drop it by hand")
-                else:
-                    time.sleep(2.0)
-
-
-@contextlib.contextmanager
-def database(backend: str, tmp: Path, label: str) -> Iterator[str]:
-    """A fresh database URL for ``backend`` (SQLAlchemy form, driver-less for PostgreSQL)."""
-    if backend == "sqlite":
-        path = tmp / f"{label}.db"
-        yield f"sqlite:///{path}"
-    else:
-        with pg_database(f"calibo_bench_{label}_{os.getpid()}_{uuid.uuid4().hex[:6]}") as url:
-            yield url
-
-
-# The repository's folders and the names they install under (pyproject.toml's package-dir):
-# a frozen copy is laid out as the installed namespace, so `python -m calibo.server.cli` run from it
-# imports the frozen code, not the checkout's.
-NAMESPACE = (("client", "calibo"), ("service", "calibo/server"), ("service/engine", "calibo/engine"),
-             ("service/optuna", "calibo/optuna"), ("migrations", "calibo/server/migrations"))
-FROZEN = ("service", "client", "migrations", "pyproject.toml")
-
-
-def freeze_code(dest: Path, source: str) -> dict[str, Any]:
-    """Copy the server's code to ``dest``, laid out as the ``calibo`` namespace; servers then run from it.
-
-    ``source="head"``: as committed at HEAD (``git archive``), or at any other revision given;
-    ``"worktree"``: the files as they are now. Either way, edits made to the checkout while the
-    benchmark runs do not reach its servers. A revision from before the ``calibo`` namespace keeps
-    its ``service`` / ``migrations`` layout (``cli_module`` says which to run).
-    """
-    import hashlib
-    import shutil
-
-    dest.mkdir(parents=True, exist_ok=True)
-    tree = dest / ".tree"
-    if source != "worktree":  # "head", or any revision git knows
-        rev = "HEAD" if source == "head" else source
-        listed = subprocess.run(["git", "ls-tree", "--name-only", rev], cwd=ROOT, capture_output=True,
-                                text=True, check=True).stdout.split()
-        archive = subprocess.run(["git", "archive", rev, *[p for p in FROZEN if p in listed]], cwd=ROOT,
-                                 capture_output=True, check=True)
-        tree.mkdir()
-        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
-    else:
-        for p in FROZEN:
-            if (ROOT / p).is_dir():
-                shutil.copytree(ROOT / p, tree / p, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-            else:
-                shutil.copy2(ROOT / p, tree / p)
-    if '"calibo.server" = "service"' in (tree / "pyproject.toml").read_text():  # the calibo namespace
-        for folder, package in NAMESPACE:
-            inner = {f.rsplit("/", 1)[1] for f, _ in NAMESPACE if f.startswith(folder + "/")}  # engine, optuna
-            if (tree / folder).is_dir():
-                shutil.copytree(tree / folder, dest / package, dirs_exist_ok=True,
-                                ignore=lambda d, names, top=tree / folder, inner=inner:
-                                {n for n in names if n in ("__pycache__",) or n.endswith(".pyc")
-                                 or (Path(d) == top and n in inner)})
-    else:
-        for p in ("service", "migrations"):
-            shutil.move(str(tree / p), str(dest / p))
-    shutil.rmtree(tree)
-    digest = hashlib.sha256()
-    files = sorted(f for f in dest.rglob("*") if f.is_file())
-    for f in files:
-        digest.update(str(f.relative_to(dest)).encode() + b"\0" + f.read_bytes())
-    info: dict[str, Any] = {"source": source, "files": len(files), "sha256": digest.hexdigest()}
-    if source in ("head", "worktree"):
-        return info | git_state(FROZEN)
-    rev = subprocess.run(["git", "rev-parse", source], cwd=ROOT, capture_output=True, text=True, timeout=10)
-    return info | {"git_commit": rev.stdout.strip()}
-
-
-def cli_module(code: Path | None) -> str:
-    """The module that runs ``calibo`` from frozen ``code`` (or the checkout's install)."""
-    return "service.cli" if code is not None and (code / "service").is_dir() else "calibo.server.cli"
-
-
-def git_state(paths: tuple[str, ...] = FROZEN) -> dict[str, Any]:
-    """The checkout's commit, and whether ``paths`` differ from it (empty when git cannot say)."""
-    info: dict[str, Any] = {}
-    with contextlib.suppress(Exception):
-        git = ["git", "-C", str(ROOT)]
-        info["git_commit"] = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
-                                            timeout=10).stdout.strip()
-        changed = subprocess.run([*git, "status", "--porcelain", "--", *paths], capture_output=True,
-                                 text=True, timeout=10).stdout.strip()
-        info["worktree_differs_from_head"] = bool(changed)
-    return info
-
-
-@contextlib.contextmanager
-def calibo_process(args: list[str], logfile: Path, what: str, ready: Callable[[], bool],
-                   code: Path | None = None, env: dict[str, str] | None = None, timeout: float = 120.0,
-                   prefix: tuple[str, ...] = ()) -> Iterator[subprocess.Popen]:
-    """``calibo <args>`` in its own process group, output to ``logfile``, once ``ready()`` says so;
-    stopped (group and all) on exit. Its environment has no ``CALIBO_*`` but ``env``.
-
-    ``code``: a directory holding a frozen ``calibo`` package to run (see :func:`freeze_code`); it
-    shadows the checkout's because the process starts there (``python -m``
-    puts its working directory first on ``sys.path``, and spawned fit workers inherit it).
-    ``prefix``: a command it runs under (``nice -n 10``).
-    """
-    cmd = [*prefix, sys.executable, "-m", cli_module(code), *args]
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("CALIBO_")} | (env or {})
-    with open(logfile, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=code or ROOT, stdout=out, stderr=subprocess.STDOUT, env=full_env,
-                                start_new_session=True)
-    try:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if proc.poll() is not None:
-                raise RuntimeError(f"{what} exited with {proc.returncode}:\n{_tail(logfile)}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what} not ready in {timeout:g} s:\n{_tail(logfile)}")
-            time.sleep(0.2)
-        yield proc
-    finally:
-        _stop_group(proc)
-
-
-@contextlib.contextmanager
-def calibo_server(url: str, tmp: Path, label: str, workers: int, code: Path | None = None,
-                  env: dict[str, str] | None = None) -> Iterator[tuple[str, Path, int]]:
-    """``calibo serve`` on a free port (see :func:`calibo_process`), ready once /healthz answers 200.
-
-    ``env``: variables added to the server's environment, e.g. ``{"CALIBO_WORKER_MODE": "queue"}``.
-    """
-    import httpx
-
-    port = free_port()
-    logfile = tmp / f"server-{label}.log"
-    base = f"http://127.0.0.1:{port}"
-    with httpx.Client(base_url=base, timeout=2.0, trust_env=False) as c:
-        def healthy() -> bool:
-            try:
-                return c.get("/healthz").status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        args = ["serve", "--host", "127.0.0.1", "--port", str(port), "--database-url", url, "--workers", str(workers)]
-        with calibo_process(args, logfile, "calibo serve", healthy, code, env) as proc:
-            yield base, logfile, proc.pid
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to the server (uvicorn shuts down, and its fit pool), then SIGKILL to what is left of its group."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            log("calibo serve ignored SIGTERM for 20 s; killing it")
-    with contextlib.suppress(ProcessLookupError):  # fit workers left behind, if any
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-
-
-def _tail(path: Path, n: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
-
-
-# --------------------------------------------------------------------- calibo
-class Calibo:
-    """A running calibo server, driven over HTTP."""
-
-    def __init__(self, base: str) -> None:
-        import httpx
-
-        self.base = base
-        self.http = httpx.Client(base_url=base, timeout=120.0, trust_env=False)
-
-    def client(self):
-        import httpx
-
-        return httpx.Client(base_url=self.base, timeout=120.0, trust_env=False)
-
-    def close(self) -> None:
-        self.http.close()
-
-    def create(self, name: str, seed: int, candidates: int, **settings: Any) -> int:
-        body = {"name": name, "space": TASK.space, "seed": seed, "settings": {"n_candidates": candidates, **settings},
-                **({"direction": TASK.direction} if OBJECTIVES == 1 else {"directions": ["minimize"] * OBJECTIVES})}
-        r = self.http.post("/v1/studies", json=body)
-        _check(r)
-        return int(r.json()["id"])
-
-    def view(self, sid: int) -> dict[str, Any]:
-        r = self.http.get(f"/v1/studies/{sid}")
-        _check(r)
-        return r.json()
-
-    def preload(self, sid: int, n: int, batch: int, desc: str) -> float:
-        from tqdm import tqdm
-
-        t0 = time.perf_counter()
-        with tqdm(total=n, desc=desc, leave=False, file=sys.stderr) as bar:
-            done = 0
-            while done < n:
-                r = self.http.post(f"/v1/studies/{sid}/ask",
-                                   json={"count": min(batch, n - done), "worker_id": "preload"})
-                _check(r)
-                for t in r.json()["trials"]:
-                    _check(self.http.post(f"/v1/studies/{sid}/trials/{t['id']}/tell", json=told(t["params"])))
-                    done += 1
-                    bar.update()
-        return time.perf_counter() - t0
-
-    def wait_fitted(self, sid: int, timeout: float = 300.0) -> dict[str, Any]:
-        """Until the newest fit covers every completed trial and no fit is running or queued."""
-        deadline = time.monotonic() + timeout
-        while True:
-            v = self.view(sid)
-            s = v["surrogate_status"]
-            if s["fitted_on"] >= v["trials"]["complete"] and not s["fitting"] and not s["queued"]:
-                return v
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"study {sid}: no fit covering {v['trials']['complete']} trials "
-                                   f"after {timeout:.0f} s: {s}")
-            time.sleep(0.1)
-
-    def pair_fn(self, http: Any, sid: int, worker_id: str) -> PairFn:
-        ask_path = f"/v1/studies/{sid}/ask"
-        body = {"count": 1, "worker_id": worker_id}
-
-        def pair() -> tuple[float, float]:
-            t = time.perf_counter()
-            r = http.post(ask_path, json=body)
-            a = time.perf_counter() - t
-            _check(r)
-            trial = r.json()["trials"][0]
-            result = told(trial["params"])
-            t = time.perf_counter()
-            r = http.post(f"/v1/studies/{sid}/trials/{trial['id']}/tell", json=result)
-            b = time.perf_counter() - t
-            _check(r)
-            return a, b
-
-        return pair
-
-
-def _check(r: Any) -> None:
-    if r.status_code >= 400:
-        raise RuntimeError(f"{r.request.method} {r.request.url.path} -> {r.status_code}: {r.text[:300]}")
-
-
-def _fit_status(view: dict[str, Any]) -> dict[str, Any]:
-    s = view["surrogate_status"]
-    return {"complete": view["trials"]["complete"], "running": view["trials"]["running"],
-            "fitted_on": s["fitted_on"], "fit_seconds": s["fit_seconds"], "method": s["method"],
-            "last_error": s["last_error"]}
-
-
-def server_env(args: argparse.Namespace) -> dict[str, str]:
-    """``--server-env KEY=VALUE`` (repeatable): settings of the calibo server, e.g.
-    ``CALIBO_RATE_LIMIT=100000/second`` to time every request through the rate limiter."""
-    return parse_server_env(args.server_env)
-
-
-def parse_server_env(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.startswith("CALIBO_"):
-            sys.exit(f"--server-env {item!r}: expected CALIBO_NAME=value")
-        out[key] = value
-    return out
-
-
 def bench_calibo(backend: str, args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with database(backend, tmp, "calibo") as url, \
             calibo_server(url, Path(args.log_dir) if args.log_dir else tmp, backend,
                           args.server_workers, tmp / "code", server_env(args)) as (base, logfile, pid):
-        cb = Calibo(base)
+        cb = Calibo(base, TASK, OBJECTIVES)
         try:
             ids = {
                 "crowd": cb.create("bench-crowd", args.seed, args.candidates, ask_wait_seconds=0),
@@ -635,18 +124,18 @@ def bench_calibo(backend: str, args: argparse.Namespace, tmp: Path) -> list[dict
                  "each ask waits for the refit after the previous tell: includes a fit"),
             ):
                 sid = ids[mode]
-                before = _fit_status(cb.wait_fitted(sid))
+                before = fit_status(cb.wait_fitted(sid))
                 with cb.client() as http:
                     res = run_latency(cb.pair_fn(http, sid, f"bench-{mode}"), args.pairs, args.latency_warmup,
                                       f"calibo/{backend}: {mode} latency", lambda: process_cpu(pid))
-                after = _fit_status(cb.view(sid))
+                after = fit_status(cb.view(sid))
                 rows.append({**common, **res, "mode": mode, "mode_desc": desc, "note": note,
                              "preload_s": preload_s[mode], "status_before": before, "status_after": after})
                 log(_row_line(rows[-1]))
             runs = []
             for k in range(args.load_repeats):
                 sid = ids[f"load{k}"]
-                before = _fit_status(cb.wait_fitted(sid))
+                before = fit_status(cb.wait_fitted(sid))
                 clients: list[Any] = []
 
                 def make_pair(i: int, sid: int = sid, clients: list[Any] = clients) -> PairFn:
@@ -661,7 +150,7 @@ def bench_calibo(backend: str, args: argparse.Namespace, tmp: Path) -> list[dict
                 finally:
                     for h in clients:
                         h.close()
-                runs.append({**res, "status_before": before, "status_after": _fit_status(cb.view(sid))})
+                runs.append({**res, "status_before": before, "status_after": fit_status(cb.view(sid))})
             rows.append({**common, **combine_throughput(runs), "mode": "load",
                          "mode_desc": f"{args.clients} concurrent HTTP clients",
                          "note": "default study settings; asks with trials running never wait; "
@@ -902,16 +391,11 @@ def print_table(rows: list[dict[str, Any]], checks: list[dict[str, Any]], meta: 
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(18, 5.6), gridspec_kw={"width_ratios": [1.2, 1.2, 1]})
+    fig, grid = report.figure(1, 3, figsize=(18, 5.6), gridspec_kw={"width_ratios": [1.2, 1.2, 1]})
+    axes = grid[0]
     styles = {"sqlite": "-", "postgresql": "--"}
     keys = sorted({(r["system"], r["mode"]) for r in rows})
-    cmap = plt.get_cmap("tab10")
-    colors = {k: cmap(i % 10) for i, k in enumerate(keys)}
+    colors = report.colors(keys)
     q = QUANTILE_GRID / 100.0
     for ax, what, aims_ms in ((axes[0], "ask", (AIMS["ask_p50_ms"], AIMS["ask_p99_ms"])),
                               (axes[1], "tell", (AIMS["tell_p50_ms"],))):
@@ -950,49 +434,11 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
                           "(bar: median; dots: each run; dotted: aim)")
     else:
         axes[2].axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def write_results(out: Path, meta: dict[str, Any], rows: list[dict[str, Any]], failures: list[str], t0: float,
-                  aims: Callable[[list], list], print_table: Callable[..., None], plot: Callable[..., None]) -> None:
-    """The end of a run that wrote ``out``'s ``.partial.json`` as it went: wall time, load and failures
-    in ``meta``, the table, ``out`` (JSON with the aims' checks) in place of the partial file, the PNG."""
-    meta["wall_seconds"] = time.time() - t0
-    meta["loadavg_at_end"] = os.getloadavg()
-    meta["failures"] = failures
-    if not rows:
-        return
-    checks = aims(rows)
-    print_table(rows, checks, meta)
-    out.write_text(json.dumps({"meta": meta, "rows": rows, "aims": checks}))
-    out.with_suffix(".partial.json").unlink(missing_ok=True)
-    plot(rows, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
-
-
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {"python": platform.python_version()}
-    for pkg in ("calibo", "optuna", "sqlalchemy", "psycopg", "httpx", "fastapi", "uvicorn", "torch",
-                "numpy", "scikit-learn"):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            out[pkg] = metadata.version(pkg)
-    with contextlib.suppress(Exception):
-        import psycopg
-
-        with psycopg.connect(PG_ADMIN) as c:
-            out["postgresql_server"] = str(c.execute("SHOW server_version").fetchone()[0])
-    import sqlite3
-
-    out["sqlite"] = sqlite3.sqlite_version
-    return out
+    report.save_figure(fig, path)
 
 
 # ----------------------------------------------------------------------- main
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backends", default=",".join(BACKENDS))
     ap.add_argument("--systems", default=",".join(SYSTEMS))
@@ -1025,7 +471,7 @@ def main() -> None:
                     help="2: calibo's studies have two objectives (calibo only; Optuna's rows are one-objective)")
     ap.add_argument("--out", default=None,
                     help="default benchmarks/results/service.json (a --quick run: a file in the temp dir)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     global OBJECTIVES
     OBJECTIVES = args.objectives
     if OBJECTIVES > 1 and set(args.systems.split(",")) - {"calibo"}:
@@ -1045,7 +491,7 @@ def main() -> None:
         if s not in SYSTEMS:
             ap.error(f"unknown system {s!r} (choose from {', '.join(SYSTEMS)})")
 
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, terminate)
     warnings.filterwarnings("ignore", module="optuna")
     with contextlib.suppress(ImportError):
         import optuna
@@ -1055,7 +501,7 @@ def main() -> None:
 
     if args.out is None:
         args.out = str(Path(tempfile.gettempdir()) / "calibo-service-quick.json" if args.quick
-                       else RESULTS / "service.json")
+                       else report.RESULTS / "service.json")
     out = Path(args.out)
     if args.log_dir:
         Path(args.log_dir).mkdir(parents=True, exist_ok=True)
@@ -1078,7 +524,7 @@ def main() -> None:
                   "optuna_load_threads": f"{args.seed + 1}..{args.seed + args.clients}"},
         "timing": "time.perf_counter around each call; calibo: httpx.Client keep-alive over loopback "
                   "(server + HTTP); optuna: in-process study.ask / study.tell on RDBStorage",
-        "versions": _versions(),
+        "versions": versions(),
     }
     if args.merge:
         merged: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -1109,9 +555,9 @@ def main() -> None:
             meta["server_code"] = json.loads(codes.pop())
         checks = aims(rows)
         print_table(rows, checks, meta)
-        out.write_text(json.dumps({"meta": meta, "rows": rows, "aims": checks}))
+        report.write_json(out, {"meta": meta, "rows": rows, "aims": checks})
         plot(rows, out.with_suffix(".png"))
-        print(f"wrote {out} and {out.with_suffix('.png')}")
+        report.wrote(out, out.with_suffix(".png"))
         return
     try:
         with tempfile.TemporaryDirectory(prefix="calibo-bench-service-") as tmpdir:
@@ -1132,12 +578,12 @@ def main() -> None:
                         msg = f"{system}/{backend} failed: {type(e).__name__}: {e}"
                         failures.append(msg)
                         log(msg)
-                    out.with_suffix(".partial.json").write_text(json.dumps({"meta": meta, "rows": rows}))
+                    out.with_suffix(".partial.json").write_text(report.dumps({"meta": meta, "rows": rows}))
     except KeyboardInterrupt:
         log("interrupted: servers stopped, databases dropped; partial rows in "
             f"{out.with_suffix('.partial.json')}")
         sys.exit(130)
-    write_results(out, meta, rows, failures, t0, aims, print_table, plot)
+    report.write_results(out, meta, rows, failures, t0, aims, print_table, plot)
     if failures:
         sys.exit(1)
 

@@ -1,6 +1,6 @@
 """Crowd ask latency of two versions of the server, interleaved: a change timed against its base.
 
-``benchmarks/service.py`` times one server after another; on a 2-core machine whose load drifts by
+``benchmarks.service`` times one server after another; on a 2-core machine whose load drifts by
 more than the change being measured, two such runs disagree by 10-20% with the same code. This
 script starts both servers at once (this checkout's code, frozen, with ``--server-env`` settings,
 and the code at ``--base``), each on its own SQLite database with one fit worker and a study
@@ -9,7 +9,7 @@ preloaded with ``--preload`` Hartmann-6 trials, ``ask_wait_seconds=0`` (the crow
 pairs in alternating blocks, the side going first swapped every round, so that drift and the other
 side's refits fall on both alike.
 
-    python benchmarks/service_ab.py --base 44ea576 --server-env CALIBO_RATE_LIMIT=100000/second
+    python -m benchmarks.service_ab --base 44ea576 --server-env CALIBO_RATE_LIMIT=100000/second
 
 Prints ask and tell p50 / p99 per side and the ratio of the ask p50s with a bootstrap interval over
 blocks; writes benchmarks/results/service_ab.json and .png.
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -27,15 +26,12 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.service import Calibo, calibo_server, freeze_code, parse_server_env, summarize_ms  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
+from benchmarks.harness import report
+from benchmarks.harness.servers import Calibo, calibo_server, freeze_code, parse_server_env
+from benchmarks.harness.timing import summarize_ms
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", required=True, help="git revision of the server to compare against")
     ap.add_argument("--server-env", action="append", default=[], metavar="CALIBO_NAME=VALUE",
@@ -45,8 +41,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20, help="rounds; each runs one block per side")
     ap.add_argument("--block", type=int, default=20, help="ask+tell pairs per block")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=str(RESULTS / "service_ab.json"))
-    args = ap.parse_args()
+    ap.add_argument("--out", default=str(report.RESULTS / "service_ab.json"))
+    args = ap.parse_args(argv)
     env = parse_server_env(args.server_env)
     from tqdm import tqdm
 
@@ -97,21 +93,15 @@ def main() -> None:
         print(f"{s:<8}{code:<14}{a['p50']:>9.2f}{a['p99']:>9.2f}{t['p50']:>9.2f}{t['p99']:>9.2f}")
     print(f"ask p50 change / base: {ratio['p50_ratio']:.3f} (block medians {ratio['block_median_ratio']:.3f}, "
           f"95% bootstrap over blocks {ratio['ci95'][0]:.3f}-{ratio['ci95'][1]:.3f}); server env {env}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "rows": rows, "ratio": ratio,
-                               "block_ask_p50": {s: v["block_ask_p50"] for s, v in timed.items()}}, indent=1))
+    out = report.write_json(args.out, {"meta": meta, "rows": rows, "ratio": ratio,
+                                       "block_ask_p50": {s: v["block_ask_p50"] for s, v in timed.items()}})
     plot(timed, out.with_suffix(".png"), env)
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    report.wrote(out, out.with_suffix(".png"))
 
 
 def plot(timed: dict[str, dict[str, list[float]]], path: Path, env: dict[str, str]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, axes = report.figure(figsize=(7, 4))
+    ax = axes[0][0]
     for side, v in timed.items():
         ms = np.sort(np.asarray(v["ask"]) * 1000.0)
         ax.plot(ms, np.linspace(0, 1, ms.size), label=side)
@@ -120,8 +110,7 @@ def plot(timed: dict[str, dict[str, list[float]]], path: Path, env: dict[str, st
     ax.set_ylabel("fraction of asks")
     ax.set_title(f"interleaved A/B; change with {env or 'no settings'}", fontsize=9)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    report.save_figure(fig, path, dpi=110)
 
 
 if __name__ == "__main__":

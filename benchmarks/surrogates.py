@@ -4,7 +4,7 @@ Every (surrogate, acquisition, task, seed) run is one *sequential* calibo
 study (one trial in flight: ask, evaluate, tell) of ``--trials`` trials with
 the engine's defaults otherwise (EngineConfig: 15 warm starts, adaptive
 conformal, DtACI, 2000 candidates), on the tasks and seeds of
-benchmarks/search.py (DEFAULT_TASKS there; seeds 0..S-1). Each run is a
+``benchmarks.search`` (DEFAULT_TASKS there; seeds 0..S-1). Each run is a
 process of its own (one core). Reported per (surrogate, acquisition):
 
 * mean rank of the best-so-far value (1 = best, ties share) over tasks x
@@ -43,9 +43,9 @@ tasks fit ~1.5x slower; the objectives add ~50 s (lgbm_digits) and ~70 s
                    ~2.3 days loaded (~1.2 days alone); split it with
                    --surrogates / --seed-offset and --merge the parts.
 
-    python benchmarks/surrogates.py                                  # diagonal grid
-    python benchmarks/surrogates.py --grid full --surrogates qgp,qgbm --tasks branin --seeds 3
-    python benchmarks/surrogates.py --merge part1.json part2.json    # combine partial runs
+    python -m benchmarks.surrogates                                  # diagonal grid
+    python -m benchmarks.surrogates --grid full --surrogates qgp,qgbm --tasks branin --seeds 3
+    python -m benchmarks.surrogates --merge part1.json part2.json    # combine partial runs
 
 Writes benchmarks/results/surrogates.json and surrogates.png.
 """
@@ -58,27 +58,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy / torch: one core 
 
 import argparse  # noqa: E402
 import itertools  # noqa: E402
-import json  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
-from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.search import (  # noqa: E402
-    RESULTS,
-    _mean_ranks,
-    add_run_arguments,
-    best_so_far,
-    merge_parts,
-    print_final_best,
-    sequential_study,
-    skipped_runs,
-)
-from benchmarks.tasks import TASKS  # noqa: E402
+from benchmarks.harness import report, runner  # noqa: E402
+from benchmarks.harness.tasks import TASKS, select  # noqa: E402
+from benchmarks.search import DEFAULT_TASKS  # noqa: E402
 
 RANK_AT = (25, 50, 100)
 # Rough relative cost, so the slowest runs start first and the pool drains evenly.
@@ -115,7 +102,7 @@ def grid(kind: str, surrogates: list[str], acquisitions: list[str]) -> list[tupl
 def run_one(surrogate: str, acquisition: str, task_name: str, trials: int, seed: int) -> dict:
     from calibo.engine import metrics as M
 
-    opt, values, wall, obj_s = sequential_study(
+    opt, values, wall, obj_s = runner.sequential_study(
         task_name, trials, seed, {"surrogate": surrogate, "acquisition": acquisition})
     n_fits = max(0, trials - opt.config.n_warmup)  # sequential: one refit per ask after the warm start
     cal_all = M.summarize(opt.records)
@@ -152,10 +139,10 @@ def summarize(runs: list[dict], trials: int) -> dict:
     by = {(name(r["surrogate"], r["acquisition"]), r["task"], r["seed"]): r for r in runs}
     methods = sorted({m for m, _, _ in by})
     tasks = sorted({t for _, t, _ in by})
-    curves = {(m, t, s): best_so_far(r["values"], TASKS[t].direction, trials) for (m, t, s), r in by.items()}
+    curves = {(m, t, s): report.best_so_far(r, TASKS[t].direction, trials) for (m, t, s), r in by.items()}
     cells = sorted({(t, s) for _, t, s in by})
     full = [c for c in cells if all((m, *c) in curves for m in methods)]  # where every combination ran
-    mean_rank = _mean_ranks(curves, methods, full)
+    mean_rank = report.mean_ranks(curves, methods, full)
     out = {}
     for m in methods:
         rs = [r for (mm, _, _), r in by.items() if mm == m]
@@ -199,22 +186,21 @@ def print_table(summary: dict, meta: dict) -> None:
         label = m + (" (default)" if m == summary["default"] else "")
         print(f"{label:<26}{ranks}{f(r['rce'], 9, 3)}{f(r['rce_conformal'], 9, 3)}{f(r['rmsce'], 8, 3)}"
               f"{f(r['fit_s_per_refit'], 8, 3)}{r['runs']:>6}")
-    print_final_best({m: c[m]["final_best"] for m in order}, summary["tasks"], "surrogate/acquisition", 26)
+    report.print_table("mean final best per task", ["surrogate/acquisition", *(t[:12] for t in summary["tasks"])],
+                       [[m, *(c[m]["final_best"].get(t) for t in summary["tasks"])] for m in order], 26, 13, 4)
 
 
 def plot(summary: dict, path: Path) -> None:
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
     c = summary["combos"]
     surs = sorted({r["surrogate"] for r in c.values()})
     acqs = sorted({r["acquisition"] for r in c.values()})
     d_sur, d_acq = summary["default"].split("/")
-    fig, axes = plt.subplots(1, 3, figsize=(4 + 1.8 * len(acqs), max(4.0, 1.5 + 0.45 * len(surs))),
-                             gridspec_kw={"width_ratios": [len(acqs), len(acqs), 4]})
+    fig, grid_axes = report.figure(1, 3, figsize=(4 + 1.8 * len(acqs), max(4.0, 1.5 + 0.45 * len(surs))),
+                                   gridspec_kw={"width_ratios": [len(acqs), len(acqs), 4]})
+    axes = grid_axes[0]
     for ax, key, title, cmap in ((axes[0], "final_rank", "final mean rank (lower is better)", "viridis_r"),
                                  (axes[1], "rce", "rolling coverage error (all predictions)", "magma_r")):
         mat = np.full((len(surs), len(acqs)), np.nan)
@@ -242,63 +228,37 @@ def plot(summary: dict, path: Path) -> None:
     axes[2].set_title("mean seconds per refit (log)", fontsize=9)
     fig.suptitle(f"surrogate x acquisition, red box = default ({summary['default']}); "
                  f"ranks over {summary['rank_cells']} task x seed cells", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    report.save_figure(fig, path)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grid", choices=("diagonal", "full"), default="diagonal")
     ap.add_argument("--surrogates", default=None, help="comma list (default: every registered surrogate)")
     ap.add_argument("--acquisitions", default=None, help="comma list (default: every registered acquisition)")
-    add_run_arguments(ap, RESULTS / "surrogates.json")
-    args = ap.parse_args()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    runner.add_run_arguments(ap, report.RESULTS / "surrogates.json", DEFAULT_TASKS)
+    args = ap.parse_args(argv)
     t0 = time.time()
-    if args.merge:
-        runs, meta = merge_parts(args.merge, _key, args.trials)
-        trials, meta["in_flight"] = meta["trials"], 1
-    else:
-        from tqdm import tqdm
-
-        all_s, all_a = registered()
-        surs = args.surrogates.split(",") if args.surrogates else all_s
-        acqs = args.acquisitions.split(",") if args.acquisitions else all_a
-        bad = [s for s in surs if s not in all_s] + [a for a in acqs if a not in all_a]
-        if bad:
-            sys.exit(f"not registered: {bad}; surrogates {all_s}, acquisitions {all_a}")
-        tasks = args.tasks.split(",")
-        bad = [t for t in tasks if t not in TASKS]
-        if bad:
-            sys.exit(f"unknown tasks {bad}; choose from {sorted(TASKS)}")
-        combos = grid(args.grid, surs, acqs)
-        jobs = [(s, a, t, seed) for seed in range(args.seed_offset, args.seed_offset + args.seeds)
-                for t in tasks for s, a in combos]
-        done = {_key(r) for r in skipped_runs(args.skip)}
-        jobs = [j for j in jobs if j not in done]
-        jobs.sort(key=lambda j: (COST.get(j[0], 9), j[2] not in SLOW_TASKS, j))  # slowest first
-        trials = args.trials
-        runs = skipped_runs(args.skip)
-        with ProcessPoolExecutor(args.workers) as pool:
-            futs = {pool.submit(run_one, s, a, t, trials, seed): (s, a, t, seed) for s, a, t, seed in jobs}
-            for k, f in enumerate(tqdm(as_completed(futs), total=len(futs), desc="surrogate runs"), 1):
-                try:
-                    runs.append(f.result())
-                except Exception as e:  # one combination crashing is reported, not fatal
-                    print(f"run {futs[f]} failed: {e!r}", file=sys.stderr)
-                if k % 10 == 0:  # a cut-off run still leaves what it finished
-                    out.with_suffix(".partial.json").write_text(json.dumps({"meta": {"trials": trials},
-                                                                            "runs": runs}))
-        meta = {"grid": args.grid, "combos": [name(s, a) for s, a in combos], "tasks": tasks,
-                "seeds": args.seeds, "seed_offset": args.seed_offset, "trials": trials, "in_flight": 1,
-                "workers": args.workers, "cpu_count": os.cpu_count(), "default": name(*defaults())}
+    all_s, all_a = registered()
+    surs = args.surrogates.split(",") if args.surrogates else all_s
+    acqs = args.acquisitions.split(",") if args.acquisitions else all_a
+    bad = [s for s in surs if s not in all_s] + [a for a in acqs if a not in all_a]
+    if bad and not args.merge:
+        raise SystemExit(f"not registered: {bad}; surrogates {all_s}, acquisitions {all_a}")
+    tasks, combos = select(args.tasks), grid(args.grid, surs, acqs)
+    jobs = [(s, a, t, args.trials, seed) for seed in runner.seeds_of(args) for t in tasks for s, a in combos]
+    jobs.sort(key=lambda j: (COST.get(j[0], 9), j[2] not in SLOW_TASKS, j))  # slowest first
+    runs, meta = runner.collect(args, jobs, run_one, _key, lambda j: (j[0], j[1], j[2], j[4]), "surrogate runs",
+                                {"grid": args.grid, "combos": [name(s, a) for s, a in combos], "tasks": tasks,
+                                 "seeds": args.seeds, "seed_offset": args.seed_offset, "trials": args.trials,
+                                 "default": name(*defaults())})
+    meta["in_flight"] = 1
     summary = summarize(runs, meta["trials"])
     print_table(summary, meta)
     meta["wall_seconds"] = time.time() - t0
-    out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}))
+    out = report.write_json(args.out, {"meta": meta, "summary": summary, "runs": runs}, runner.task_direction)
     plot(summary, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    report.wrote(out, out.with_suffix(".png"))
 
 
 if __name__ == "__main__":

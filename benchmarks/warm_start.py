@@ -8,8 +8,8 @@ nothing. Reported per task: how many of its own trials the warm study needed to 
 study's best at ``--trials`` (0: an imported trial was already as good; never: not within
 ``--trials``), and both studies' best at 25 and 50 trials.
 
-    python benchmarks/warm_start.py --workers 2
-    python benchmarks/warm_start.py --tasks knn_iris --seeds 2
+    python -m benchmarks.warm_start --workers 2
+    python -m benchmarks.warm_start --tasks knn_iris --seeds 2
 
 Writes benchmarks/results/warm_start.json and warm_start.png.
 """
@@ -21,20 +21,15 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import report, runner  # noqa: E402
+from benchmarks.harness.tasks import TASKS, select  # noqa: E402
 
-from benchmarks.runner import run_pool  # noqa: E402
-from benchmarks.tasks import TASKS  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_TASKS = "dt_breast_cancer,svc_breast_cancer,lgbm_diabetes,logreg_digits,hgb_wine,et_diabetes,hartmann6,mixed"
 IMPORTED = 50
 
@@ -110,12 +105,8 @@ def print_table(s: dict[str, Any]) -> None:
 
 
 def plot(s: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, axes = report.figure(figsize=(8, 4.2))
+    ax = axes[0][0]
     for i, r in enumerate(s["per_task"].values()):
         ys = [n if n is not None else s["trials"] + 5 for n in r["needed"]]
         ax.scatter([i] * len(ys), ys, s=30, alpha=0.7)
@@ -123,29 +114,25 @@ def plot(s: dict[str, Any], path: Path) -> None:
     ax.set_xticks(range(len(s["tasks"])), s["tasks"], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(f"own trials to reach the cold {s['trials']}-trial best")
     ax.set_title(f"warm start from {s['imported']} imported trials (above the line: not reached)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    report.save_figure(fig, path)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", default=DEFAULT_TASKS)
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--trials", type=int, default=100)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--out", default=str(RESULTS / "warm_start.json"))
-    args = ap.parse_args()
-    jobs = [(t, s, args.trials) for s in range(args.seeds) for t in args.tasks.split(",")]
+    runner.add_run_arguments(ap, report.RESULTS / "warm_start.json", DEFAULT_TASKS, seeds=5)
+    args = ap.parse_args(argv)
     t0 = time.time()
-    runs = run_pool(run_one, jobs, args.workers, "warm-start runs")
-    summary = summarize(runs, args.trials)
+    jobs = [(t, s, args.trials) for s in runner.seeds_of(args) for t in select(args.tasks)]
+    runs, meta = runner.collect(args, jobs, run_one, lambda r: (r["task"], r["seed"]), lambda j: (j[0], j[1]),
+                                "warm-start runs", {"tasks": select(args.tasks), "seeds": args.seeds,
+                                                    "seed_offset": args.seed_offset, "trials": args.trials,
+                                                    "imported": IMPORTED, "in_flight": 1})
+    summary = summarize(runs, meta["trials"])
     print_table(summary)
-    out = Path(args.out)
-    meta = {"tasks": args.tasks.split(","), "seeds": args.seeds, "trials": args.trials, "imported": IMPORTED,
-            "in_flight": 1, "workers": args.workers, "wall_seconds": time.time() - t0}
-    out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}))
+    meta["wall_seconds"] = time.time() - t0
+    out = report.write_json(args.out, {"meta": meta, "summary": summary, "runs": runs})
     plot(summary, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    report.wrote(out, out.with_suffix(".png"))
 
 
 if __name__ == "__main__":

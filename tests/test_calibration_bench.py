@@ -10,7 +10,7 @@ def test_crowd_rows_score_every_conformalized_prediction_with_early_conformaliza
     """With ``conformalize_from`` below 32 every prediction from the first fit is conformalized; the
     split rows fit the same study with split conformal, so each such prediction is scored in every
     row (the split rows once fitted the default study, raw below 32, and the run failed)."""
-    config = EngineConfig(conformalize_from=10, n_candidates=300, local_search=2)
+    config = EngineConfig(conformalize_from=10, n_candidates=300)
     run = CrowdRun("forrester", 0, 4, 30, config).run()
     out = score_run(run)
     predicted = [a for a in run.asked if a.prediction is not None]

@@ -6,16 +6,17 @@ import math
 
 import pytest
 
-from benchmarks.real_tasks import HELDOUT_TASKS, REAL_TASKS
-from benchmarks.tasks import TASKS
+from benchmarks.harness.tasks import HELDOUT_TASKS, REAL_TASKS, TASKS
 from calibo.engine import SearchSpace
 
 
 def test_the_held_out_tasks_are_new_tasks() -> None:
-    """A held-out task shares no name with a task the default was chosen on, and each is registered."""
+    """A held-out task shares no name with a task the default was chosen on, and each is registered,
+    marked held out."""
     assert len(HELDOUT_TASKS) >= 8
     assert not set(HELDOUT_TASKS) & set(REAL_TASKS)
     assert all(TASKS[name] is task for name, task in HELDOUT_TASKS.items())
+    assert all(t.heldout for t in HELDOUT_TASKS.values()) and not any(t.heldout for t in REAL_TASKS.values())
 
 
 @pytest.mark.parametrize("name", sorted(HELDOUT_TASKS))

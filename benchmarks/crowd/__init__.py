@@ -1,6 +1,6 @@
 """A crowd of ask/tell clients on one study of ``calibo serve``, with retries, faults, and what must hold afterwards.
 
-Shared by ``benchmarks/load.py`` and ``tests/test_load.py`` / ``tests/test_faults.py``.
+Shared by ``benchmarks.load`` (and ``benchmarks.crowd_live``) and ``tests/test_load.py`` / ``tests/test_faults.py``.
 
 * :mod:`.clients`: :class:`Crowd`, the clients and their retry policy;
 * :mod:`.verify`: reading the study back and checking the invariants;

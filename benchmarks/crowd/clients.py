@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
-from benchmarks.service import summarize_ms
-from benchmarks.tasks import TASKS
+from benchmarks.harness.tasks import TASKS
+from benchmarks.harness.timing import summarize_ms
 
 TASK = TASKS["hartmann6"]
 RETRY_STATUSES = frozenset({503})

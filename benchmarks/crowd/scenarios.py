@@ -21,7 +21,7 @@ from benchmarks.crowd.clients import TASK, Crowd, Progress
 from benchmarks.crowd.faults import HealthMonitor, PgOutage
 from benchmarks.crowd.server import CaliboServer
 from benchmarks.crowd.verify import _get, verify
-from benchmarks.tasks import Task
+from benchmarks.harness.tasks import Task
 
 WARM = 16  # trials told by one client before a crowd starts, so the crowd runs on a fitted surrogate
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.service import _stop_group, _tail, cli_module, free_port
+from benchmarks.harness.servers import cli_module, free_port, stop_group, tail
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,14 +51,14 @@ class CaliboServer:
         with httpx.Client(base_url=self.url, timeout=2.0, trust_env=False) as c:
             while True:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"calibo serve exited with {self.proc.returncode}:\n{_tail(self.log_path)}")
+                    raise RuntimeError(f"calibo serve exited with {self.proc.returncode}:\n{tail(self.log_path)}")
                 with contextlib.suppress(httpx.HTTPError):
                     if c.get("/healthz").status_code == 200:
                         return time.perf_counter() - t0
                 if time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError(f"calibo serve did not answer /healthz in {timeout:.0f} s:\n"
-                                       f"{_tail(self.log_path)}")
+                                       f"{tail(self.log_path)}")
                 time.sleep(0.1)
 
     def kill(self) -> None:
@@ -76,7 +76,7 @@ class CaliboServer:
 
     def stop(self) -> None:
         if self.proc is not None:
-            _stop_group(self.proc)
+            stop_group(self.proc)
             self.proc = None
 
     def __enter__(self) -> CaliboServer:
@@ -87,7 +87,7 @@ class CaliboServer:
         self.stop()
 
     def tail(self, n: int = 40) -> str:
-        return _tail(self.log_path, n)
+        return tail(self.log_path, n)
 
 
 @contextlib.contextmanager
