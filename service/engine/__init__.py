@@ -14,10 +14,11 @@ from .config import EngineConfig
 from .errors import ConfigError, FieldError, ParamError, SpaceError
 from .fit import fit
 from .optimizer import Optimizer
+from .prediction import CalibrationRecord, Prediction
 from .select import Suggestion, select
 from .snapshot import Snapshot
 from .space import SearchSpace
-from .state import CalibrationRecord, Prediction, StudyState, adapt
+from .state import StudyState, adapt
 
 __all__ = [
     "ACIState",

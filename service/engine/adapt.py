@@ -7,44 +7,13 @@ of several), and each constraint.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .adaptive import ACIState, AdaptiveState
 from .conformal import beta_of, issued_beta
+from .prediction import OutcomePrediction, OutcomeRecord
 from .warp import Warp
-
-if TYPE_CHECKING:
-    from .state import OutcomePrediction
-
-
-@dataclass
-class OutcomeRecord:
-    """One outcome's calibration record: its prediction's intervals against the value told."""
-
-    method: str
-    coverage: list[float]
-    alpha: list[float]
-    covered: list[bool]
-    lower: list[float]
-    upper: list[float]
-    width: list[float]
-    beta: list[float] | None
-    mean: float | None
-    levels: list[float]
-    quantiles: list[float]
-    value: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "coverage": self.coverage, "alpha": self.alpha, "covered": self.covered,
-                "lower": self.lower, "upper": self.upper, "width": self.width, "beta": self.beta,
-                "mean": self.mean, "levels": self.levels, "quantiles": self.quantiles, "value": self.value}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> OutcomeRecord:
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
 
 
 def adapt_outcome(states: Sequence[AdaptiveState], prediction: OutcomePrediction, value: float,

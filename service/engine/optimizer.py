@@ -18,10 +18,11 @@ from .config import EngineConfig
 from .errors import ConfigError
 from .fit import fit
 from .outcomes import check_constraint_names, check_directions, check_value, check_values, sign_of
+from .prediction import Prediction
 from .select import Suggestion, select
 from .snapshot import Snapshot
 from .space import ParamError, SearchSpace
-from .state import Prediction, StudyState
+from .state import StudyState
 
 
 class Optimizer:

@@ -19,10 +19,11 @@ from . import crowd, multi
 from .config import EngineConfig
 from .conformal import pair_alphas, pair_intervals
 from .outcomes import sign_of
+from .prediction import Interval, OutcomePrediction, Prediction
 from .scoring import MultiScore, narrows, scored, with_feasibility
 from .snapshot import Snapshot
 from .space import SearchSpace
-from .state import Interval, OutcomePrediction, Prediction, StudyState
+from .state import StudyState
 from .warp import BIG, Warp
 
 

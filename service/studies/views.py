@@ -6,7 +6,7 @@ from typing import Any
 
 from calibo.engine import StudyState
 from calibo.engine.config import migrate
-from calibo.engine.state import public_prediction
+from calibo.engine.prediction import public_prediction
 
 from ..storage import StudyInfo, TrialRow, as_utc, feasible
 
