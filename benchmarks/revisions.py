@@ -38,7 +38,8 @@ SUITES: dict[str, tuple[list[str], str]] = {
     "multi_objective (sequential)": (["benchmarks.multi_objective", "--in-flight", "1"], "hypervolume"),
     "multi_objective (8 in flight)": (["benchmarks.multi_objective", "--in-flight", "8"], "hypervolume"),
 }
-TIMING_KEYS = ("wall_s", "overhead_s", "timings", "objective_s", "fit_s", "select_s")
+# what a run measured of the machine rather than of the search: not compared
+TIMING_KEYS = ("wall_s", "cpu_s", "overhead_s", "timings", "objective_s", "fit_s", "select_s", "warnings")
 
 
 def _run_suite(code: Path, suite: list[str], out: Path, seeds: int, trials: int | None, workers: int) -> None:
@@ -109,13 +110,20 @@ def main(argv: list[str] | None = None) -> None:
                 got[side] = read_json(path)
             out["suites"][name] = compare(got["base"], got["change"], kind) | {"final": kind}
     out["meta"]["wall_seconds"] = time.time() - t0
-    print(f"\ncalibo's default at {args.base} (base) and in this checkout (change), {args.seeds} seeds per task")
+    path = Path(args.out)
+    if path.exists():  # suites run before (with the same base) that this invocation left out stay
+        before = read_json(path)
+        if before.get("meta", {}).get("base") == args.base:
+            out["suites"] = {**{k: v for k, v in before.get("suites", {}).items() if k not in out["suites"]},
+                             **out["suites"]}
+            out["suites"] = {k: out["suites"][k] for k in SUITES if k in out["suites"]}
+    print(f"\ncalibo's default at {args.base} (base) and in this checkout (change), {args.seeds} seeds per task;"
+          " runs identical in every value but timings")
     print(f"{'suite':32s} {'runs':>5s} {'identical':>10s} {'base mean':>12s} {'change mean':>12s}")
     for name, r in out["suites"].items():
         bm = "-" if r["base_mean"] is None else f"{r['base_mean']:.5g}"
         cm = "-" if r["change_mean"] is None else f"{r['change_mean']:.5g}"
         print(f"{name:32s} {r['runs']:5d} {r['identical']:10d} {bm:>12s} {cm:>12s}")
-    path = Path(args.out)
     report.write_json(path, out)
     _plot(out, path.with_suffix(".png"))
     print(f"wrote {path} and {path.with_suffix('.png')}")
