@@ -3,7 +3,9 @@
 The browser tests drive Debian's ``chromium`` (``CALIBO_CHROMIUM``, default /usr/bin/chromium) with
 playwright-python through ``executable_path`` (no ``playwright install``); they skip where either is
 missing (.ci/run installs both). The page polls every 0.3 s here (``?poll=0.3``). The run without auth
-writes benchmarks/results/dashboard.png, the screenshot the README shows.
+takes the screenshot the README shows; with ``CALIBO_SCREENSHOTS=1`` it (and the Pareto panel's)
+replaces benchmarks/results/dashboard.png, otherwise it goes to a temporary folder, so that running
+the tests leaves the committed files as they are.
 
 The page runs under the Content-Security-Policy the server sends with it (never bypassed here): every
 ``securitypolicyviolation`` event and every console error (Chromium logs each refused script, style or
@@ -16,6 +18,7 @@ import hashlib
 import math
 import os
 import re
+import tempfile
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -28,7 +31,8 @@ from calibo.server.api.headers import DASHBOARD_CSP
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ROOT / "service" / "dashboard" / "static"
-SCREENSHOT = ROOT / "benchmarks" / "results" / "dashboard.png"
+SCREENSHOT = (ROOT / "benchmarks" / "results" if os.environ.get("CALIBO_SCREENSHOTS") == "1"
+              else Path(tempfile.gettempdir()) / f"calibo-screenshots-{os.getpid()}") / "dashboard.png"
 CHROMIUM = os.environ.get("CALIBO_CHROMIUM", "/usr/bin/chromium")
 PLOTS = ["best", "calibration", "coverage", "rolling", "alpha", "params", "curves"]
 SPACE = {
