@@ -89,12 +89,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--trials", type=int, default=None, help="default: each suite's own")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--real-tasks", default=REAL, help="the real-tuning suite's tasks to run (comma-separated)")
     ap.add_argument("--out", default=str(report.RESULTS / "revisions.json"))
     args = ap.parse_args(argv)
     suites = [s.strip() for s in args.suites.split(",") if s.strip()]
     t0 = time.time()
     out: dict[str, Any] = {"meta": {"base": args.base, "seeds": args.seeds, "trials": args.trials,
-                                    "suites": suites, "method": "calibo (default settings)"}, "suites": {}}
+                                    "suites": suites, "real_tasks": args.real_tasks,
+                                    "method": "calibo (default settings)"}, "suites": {}}
     with tempfile.TemporaryDirectory(prefix="calibo-rev-") as tmp_name:
         tmp = Path(tmp_name)
         sides = {"base": args.base, "change": "worktree"}
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
             out["meta"][f"{side}_code"] = freeze_code(tmp / side / "code", source)
         for name in suites:
             suite, kind = SUITES[name]
+            suite = [args.real_tasks if a == REAL else a for a in suite]
             got = {}
             for side in sides:
                 path = tmp / side / (name.split()[0] + "_" + str(len(got)) + ".json")
