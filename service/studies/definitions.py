@@ -11,6 +11,7 @@ from calibo.engine.config import migrate
 from calibo.engine.errors import FieldError
 from calibo.engine.outcomes import check_constraint_names, check_directions
 from calibo.engine.pruning import PrunerConfig
+from calibo.engine.study import StudySpec
 
 from ..errors import InvalidRequest
 
@@ -19,22 +20,51 @@ SERVICE_SETTINGS = {"ask_wait_seconds": (0.0, 600.0), "heartbeat_timeout_seconds
 
 @dataclass(frozen=True)
 class StudyDef:
-    """A study's immutable definition, parsed once and cached."""
+    """A study's immutable definition, parsed once and cached: what the engine reads of it (its
+    ``StudySpec``: space, settings, directions, seed, constraint names) and the service's own parts."""
 
     id: int
-    space: SearchSpace
-    config: EngineConfig
-    direction: str
-    seed: int
+    spec: StudySpec
     ask_wait_seconds: float | None
     heartbeat_timeout_seconds: float | None
     pruner: PrunerConfig = PrunerConfig()
-    constraints: tuple[str, ...] = ()  # outcome constraint names: a trial is feasible when each value <= 0
-    directions: tuple[str, ...] = ()  # several objectives (2-4); () for a single-objective study
+
+    @classmethod
+    def parse(cls, study_id: int, definition: dict[str, Any]) -> StudyDef:
+        """A stored definition (``build_definition``'s form)."""
+        service = definition.get("service", {})
+        return cls(study_id, StudySpec.from_definition(definition), service.get("ask_wait_seconds"),
+                   service.get("heartbeat_timeout_seconds"), PrunerConfig.from_dict(definition.get("pruner")))
+
+    @property
+    def space(self) -> SearchSpace:
+        return self.spec.space
+
+    @property
+    def config(self) -> EngineConfig:
+        return self.spec.config
+
+    @property
+    def seed(self) -> int:
+        return self.spec.seed
+
+    @property
+    def direction(self) -> str:
+        return self.spec.direction
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        """One per objective (one for a single-objective study)."""
+        return self.spec.directions
+
+    @property
+    def constraints(self) -> tuple[str, ...]:
+        """Outcome constraint names: a trial is feasible when each value <= 0."""
+        return self.spec.constraints
 
     @property
     def multi(self) -> bool:
-        return len(self.directions) > 1
+        return self.spec.multi
 
     def better(self, value: float | None, best: float | None) -> bool:
         """Whether ``value`` beats the study's best so far (None: there is none). A multi-objective

@@ -18,7 +18,6 @@ import anyio.to_thread
 
 from calibo.engine import Snapshot
 from calibo.engine.limits import bad_text
-from calibo.engine.pruning import PrunerConfig
 from calibo.engine.study import StudySpec
 
 from ..batching import GroupCommit
@@ -76,10 +75,10 @@ class StudyService(AskSteps, TellSteps, AddedTrials):
         except Conflict as e:
             if e.code != "name_conflict":
                 raise
-            existing = migrated(self.storage.definition(self.storage.study_id(name)))
+            sid = self.storage.study_id(name)
+            existing = migrated(self.storage.definition(sid))
             if existing == definition:  # stored before settings were removed: the same study
-                info, created = self.storage.get_study(self.storage.study_id(name)), False
-                return self._with_attrs(info, created, attrs)
+                return self._with_attrs(self.storage.get_study(sid), False, attrs)
             differences = definition_differences(existing, definition)
             raise Conflict(conflict_message(name, differences), field="name", code="name_conflict",
                            details={"differences": differences}) from None
@@ -110,17 +109,7 @@ class StudyService(AskSteps, TellSteps, AddedTrials):
     def study(self, study_id: int) -> StudyDef:
         d = self._defs.get(study_id)
         if d is None:
-            raw = self.storage.definition(study_id)
-            svc = raw.get("service", {})
-            spec = StudySpec.from_definition(raw)
-            d = StudyDef(
-                id=study_id, space=spec.space, config=spec.config, direction=spec.direction,
-                seed=spec.seed, ask_wait_seconds=svc.get("ask_wait_seconds"),
-                heartbeat_timeout_seconds=svc.get("heartbeat_timeout_seconds"),
-                pruner=PrunerConfig.from_dict(raw.get("pruner")),
-                constraints=spec.constraints,
-                directions=tuple(raw.get("directions", ())),
-            )
+            d = StudyDef.parse(study_id, self.storage.definition(study_id))
             self._defs[study_id] = d
         return d
 
