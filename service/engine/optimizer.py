@@ -146,7 +146,7 @@ class Optimizer:
         out += chosen[len(partial):]
         for sug in out:  # a suggestion's prediction is plain JSON for in-process users
             if isinstance(sug.prediction, Prediction):
-                sug.prediction = sug.prediction.to_dict(jsonable=True)
+                sug.prediction = sug.prediction.to_dict(points="list")
         self.asked += len(out)
         self.pending.extend((s.params, s.prediction) for s in out)
         return out

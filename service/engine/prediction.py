@@ -8,12 +8,13 @@ same with the point sets as one binary blob.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
-INTERNAL = ("sign", "warp", "points")  # what the engine keeps of an outcome's prediction and clients never see
+# how ``to_dict`` writes the conformal point sets: as the array, as nested lists (JSON), or not at all
+Points = Literal["array", "list", "none"]
 
 
 @dataclass
@@ -49,15 +50,15 @@ class OutcomePrediction:
     warp: dict[str, Any] | None = None
     points: np.ndarray | None = None
 
-    def to_dict(self, internal: bool = True, jsonable: bool = False) -> dict[str, Any]:
+    def to_dict(self, internal: bool = True, points: Points = "array") -> dict[str, Any]:
         out: dict[str, Any] = {"method": self.method, "levels": self.levels, "quantiles": self.quantiles,
                                "mean": self.mean, "intervals": [iv.to_dict() for iv in self.intervals]}
         if internal:
             out["sign"] = self.sign
             if self.warp is not None:
                 out["warp"] = self.warp
-            if self.points is not None:
-                out["points"] = self.points.tolist() if jsonable else self.points
+            if self.points is not None and points != "none":
+                out["points"] = self.points.tolist() if points == "list" else self.points
         return out
 
     @classmethod
@@ -89,19 +90,19 @@ class Prediction:
         """Every outcome prediction, in stored order: the objectives', then the constraints'."""
         return [*self.outcomes, *(self.constraints or ())]
 
-    def to_dict(self, internal: bool = True, jsonable: bool = False) -> dict[str, Any]:
+    def to_dict(self, internal: bool = True, points: Points = "array") -> dict[str, Any]:
         """The prediction as data: with ``internal`` what the engine keeps (``adapt`` reads it back
-        with ``from_dict``), without it what a client sees (``public``); ``jsonable``: the point
-        sets as nested lists. A single objective's prediction is flat; several objectives' sit
-        under ``objectives``."""
+        with ``from_dict``), without it what a client sees (``public``); ``points``: the point sets
+        as arrays, as nested lists (JSON) or left out (``to_storage`` moves them to a blob). A
+        single objective's prediction is flat; several objectives' sit under ``objectives``."""
         if len(self.outcomes) == 1:
-            out = self.outcomes[0].to_dict(internal, jsonable)
+            out = self.outcomes[0].to_dict(internal, points)
         else:
-            out = {"objectives": [o.to_dict(internal, jsonable) for o in self.outcomes]}
+            out = {"objectives": [o.to_dict(internal, points) for o in self.outcomes]}
         out.update(surrogate=self.surrogate, fitted_on=self.fitted_on, acquisition=self.acquisition,
                    score=self.score)
         if self.constraints is not None:
-            out["constraints"] = [c.to_dict(internal, jsonable) for c in self.constraints]
+            out["constraints"] = [c.to_dict(internal, points) for c in self.constraints]
             out["feasibility"] = self.feasibility
         return out
 
@@ -123,10 +124,7 @@ class Prediction:
         parts = self.parts
         if all(p.points is None for p in parts):
             return self.to_dict(), None
-        bare = replace(self, outcomes=[replace(o, points=None) for o in self.outcomes],
-                       constraints=None if self.constraints is None
-                       else [replace(c, points=None) for c in self.constraints])
-        out = bare.to_dict()
+        out = self.to_dict(points="none")
         out["points_n"] = [0 if p.points is None else int(p.points.shape[-1]) for p in parts]
         blob = b"".join(np.ascontiguousarray(p.points, dtype="<f8").tobytes() for p in parts if p.points is not None)
         return out, blob
