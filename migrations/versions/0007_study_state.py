@@ -8,8 +8,10 @@ adaptive, "objectives": head_adaptive.objectives, "constraints": head_adaptive.c
 
 The studies table is altered in place, never copied: on SQLite a copy drops the old table, and with
 foreign keys on (calibo's connections) that deletes every trial, snapshot and report of every study
-through their ON DELETE CASCADE. SQLite adds the NOT NULL column with a placeholder default and
-drops the old columns with its own ALTER TABLE ... DROP COLUMN (SQLite 3.35+).
+through their ON DELETE CASCADE. SQLite can add a NOT NULL column only with a default, which is the
+value existing rows hold for the moment between the ALTER and the loop that writes each row's
+state in the same transaction; calibo's storage always writes the column, so it is never read. The
+old columns go with SQLite's own ALTER TABLE ... DROP COLUMN (SQLite 3.35+).
 
 Revision ID: 0007
 Revises: 0006
@@ -34,11 +36,12 @@ def _studies(*columns: str) -> sa.TableClause:
     return sa.table("studies", sa.column("id", sa.Integer), *(sa.column(c, Json) for c in columns))
 
 
-def _add_not_null(name: str, placeholder: str) -> None:
-    """Add ``name`` to studies, to be NOT NULL once filled: on SQLite at once, with ``placeholder``
-    as its default (SQLite cannot make a column NOT NULL later without copying the table)."""
+def _add_not_null(name: str, until_filled: str) -> None:
+    """Add ``name`` to studies, to be NOT NULL once filled: on SQLite at once, existing rows holding
+    ``until_filled`` until the caller writes theirs (SQLite cannot make a column NOT NULL later
+    without copying the table)."""
     if op.get_bind().dialect.name == "sqlite":
-        op.add_column("studies", sa.Column(name, Json, nullable=False, server_default=placeholder))
+        op.add_column("studies", sa.Column(name, Json, nullable=False, server_default=until_filled))
     else:
         op.add_column("studies", sa.Column(name, Json, nullable=True))
 

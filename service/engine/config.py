@@ -111,8 +111,7 @@ class EngineConfig:
                 bad("reference_point", f"must be a list of 2 to {MAX_OBJECTIVES} finite numbers, one per objective")
             object.__setattr__(self, "reference_point", tuple(float(v) for v in ref))
         for name in SETTING_RANGES:
-            if hasattr(self, name):
-                check_setting(name, getattr(self, name))
+            check_setting(name, getattr(self, name))
         if self.n_levels % 2:
             bad("n_levels", "must be even (the levels pair up into intervals)")
         object.__setattr__(self, "surrogate_options",
@@ -175,8 +174,4 @@ def migrate(d: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     with a value other than the constant the engine now uses (what a study's view reports)."""
     d = dict(d or {})
     gone = {k: d.pop(k) for k in list(d) if k in REMOVED}
-    return d, {k: v for k, v in gone.items() if v != REMOVED[k] and not _same(v, REMOVED[k])}
-
-
-def _same(a: Any, b: Any) -> bool:
-    return isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and list(a) == list(b)
+    return d, {k: v for k, v in gone.items() if v != REMOVED[k]}
