@@ -289,7 +289,7 @@ class CrowdRun:
     def ask(self, pending: list[dict]) -> Trial:
         t, done = len(self.asked), self.done
         # the engine's own rule for when the model takes over (EngineConfig.warmed_up)
-        snap = self.fit(done, self.config, pending) if self.config.warmed_up(len(done), len(pending)) else None
+        snap = self.fit(done, self.config, pending) if self.config.fits(len(done)) else None
         sug = select(snap, self.states, self.space, self.config, direction=self.task.direction,
                      asked=t, exclude=[p for p, _ in done], pending=pending, n_observed=len(done))[0]
         # the prediction as the engine keeps it (what a study stores with the trial)

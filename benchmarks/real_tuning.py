@@ -62,11 +62,45 @@ def summarize_k(runs: list[dict], trials: int) -> dict[str, Any]:
     worse_than_random = {a: [t for t in best[a] if "random" in best
                              and best[a][t] > best["random"][t] + 1e-12 * abs(best["random"][t])]
                          for a in methods if is_calibo(a)}
-    return {"methods": methods, "cells": len(full), "tasks": tasks, "rank_curve": ranks,
+    def tie_stats(r: dict) -> dict | None:
+        if "values" in r:
+            return report.ties(r["values"], 1.0 if TASKS[r["task"]].direction == "minimize" else -1.0)
+        return r if "ties" in r else None
+
+    plateau = {m: {t: {"tie_share": float(sum(s["ties"] for s in st) / max(1, sum(s["after"] for s in st))),
+                       "distinct": float(np.mean([s["distinct"] for s in st]))}
+                   for t in PLATEAU_TASKS
+                   if (st := [s for r in runs if r["method"] == m and r["task"] == t
+                              and (s := tie_stats(r)) is not None])}
+               for m in methods}
+    calibration = {m: pooled_calibration([r for r in runs if r["method"] == m]) for m in methods if is_calibo(m)}
+    return {"methods": methods, "cells": len(full), "tasks": tasks, "rank_curve": ranks, "plateau": plateau,
+            "calibration": calibration,
             "rank_at": {m: {str(t): report.value_at(r, t) for t in at} for m, r in ranks.items()},
             "mean_best": best, "sign_tests": signs, "worse_than_random": worse_than_random,
             "overhead_ms_per_trial": {m: 1000 * float(np.mean([r["overhead_s"] / report.n_values(r) for r in runs
                                                                 if r["method"] == m])) for m in methods}}
+
+
+def pooled_calibration(runs: list[dict]) -> dict[str, Any]:
+    """Coverage of calibo's shown intervals, the records of every seed pooled per task: per task the
+    coverage of each pair (90/70/50/30/10%), its gap (mean |coverage - nominal| over the pairs) and
+    whether every pair under-covers; the mean gap over the tasks."""
+    per: dict[str, Any] = {}
+    for t in sorted({r["task"] for r in runs}):
+        rs = [r for r in runs if r["task"] == t and r.get("coverage") and r.get("n_predicted")]
+        if not rs:
+            continue
+        n = np.array([r["n_predicted"] for r in rs], dtype=float)
+        cov = (np.array([r["coverage"] for r in rs]) * n[:, None]).sum(0) / n.sum()
+        nominal = np.array(rs[0]["nominal"])
+        per[t] = {"coverage": cov.round(4).tolist(), "gap": float(np.mean(np.abs(cov - nominal))),
+                  "under_everywhere": bool(np.all(cov < nominal)), "records": int(n.sum())}
+    gaps = [c["gap"] for c in per.values()]
+    return {"tasks": per, "mean_gap": float(np.mean(gaps)) if gaps else None,
+            "max_gap": float(np.max(gaps)) if gaps else None,
+            "under_everywhere": [t for t, c in per.items() if c["under_everywhere"]],
+            "nominal": rs[0]["nominal"] if per else None}
 
 
 def summarize(runs: list[dict], trials: int) -> dict[str, Any]:
@@ -94,6 +128,19 @@ def print_tables(summary: dict) -> None:
         for t, tests in blk["sign_tests"].items():
             for pair, r in tests.items():
                 print(f"  @{t:<4} {pair:<40} {r['wins']:>3}/{r['losses']:<3}/{r['ties']:<3} p={r['p']:.3g}")
+        if any(blk.get("plateau", {}).values()):
+            print(f"\nK={k}: plateau tasks, share of trials {report.TIES_FROM + 1}-{summary['trials']} tying the best "
+                  "so far / distinct values (runs that recorded them)")
+            print(f"{'task':<22}" + "".join(f"{m[:14]:>15}" for m in methods))
+            for t in PLATEAU_TASKS:
+                cells = [blk["plateau"].get(m, {}).get(t) for m in methods]
+                print(f"{t[:20]:<22}" + "".join(f"{c['tie_share']:>9.0%} / {c['distinct']:<3.0f}" if c else f"{'':>15}"
+                                               for c in cells))
+        for m, cal in blk.get("calibration", {}).items():
+            if cal["mean_gap"] is not None:
+                print(f"K={k}: {m}'s calibration, records pooled over seeds per task: mean gap {cal['mean_gap']:.3f}, "
+                      f"largest {cal['max_gap']:.3f}; every interval under-covers on "
+                      f"{', '.join(cal['under_everywhere']) or 'no task'}")
         for m, tasks in blk["worse_than_random"].items():
             print(f"K={k}: tasks where {m}'s mean best at {summary['trials']} is worse than random's: "
                   f"{', '.join(tasks) if tasks else 'none'}")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import binomtest
 
 from benchmarks.harness import report
 from benchmarks.harness.report import read_json
@@ -43,7 +44,9 @@ TIMING_KEYS = ("wall_s", "cpu_s", "overhead_s", "timings", "objective_s", "fit_s
 
 
 def _run_suite(code: Path, suite: list[str], out: Path, seeds: int, trials: int | None, workers: int) -> None:
-    env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
+    # the frozen code first; then the checkout (benchmarks), then whatever the caller's path adds
+    path = os.pathsep.join(p for p in (str(code), str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", *suite, "--methods", "calibo", "--seeds", str(seeds), "--workers", str(workers),
            "--out", str(out)]
     if trials is not None:
@@ -76,7 +79,13 @@ def compare(base: dict[str, Any], change: dict[str, Any], kind: str) -> dict[str
     fb = [_final(b[k], kind) for k in shared]
     fc = [_final(c[k], kind) for k in shared]
     ok = [i for i, (x, y) in enumerate(zip(fb, fc, strict=True)) if x is not None and y is not None]
+    better = (lambda c, b: c > b) if kind == "hypervolume" else (lambda c, b: c < b)
+    wins = sum(better(fc[i], fb[i]) for i in ok)
+    losses = sum(better(fb[i], fc[i]) for i in ok)
     return {"runs": len(shared), "identical": len(same), "differ": [str(k) for k in shared if k not in same],
+            # the change against the base, run by run (same task, seed, trials in flight): wins / losses
+            # and the two-sided binomial p of wins against losses
+            "wins": wins, "losses": losses, "p": float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0,
             "base_final": [fb[i] for i in ok], "change_final": [fc[i] for i in ok],
             "base_mean": float(np.mean([fb[i] for i in ok])) if ok else None,
             "change_mean": float(np.mean([fc[i] for i in ok])) if ok else None}
@@ -91,6 +100,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--real-tasks", default=REAL, help="the real-tuning suite's tasks to run (comma-separated)")
     ap.add_argument("--out", default=str(report.RESULTS / "revisions.json"))
+    ap.add_argument("--base-code", help="a tree frozen beforehand (harness.servers.freeze_code) to run as the base: "
+                    "for a machine without the repository's git history")
+    ap.add_argument("--change-code", help="likewise, the change's frozen tree (default: this checkout)")
     args = ap.parse_args(argv)
     suites = [s.strip() for s in args.suites.split(",") if s.strip()]
     t0 = time.time()
@@ -100,16 +112,24 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="calibo-rev-") as tmp_name:
         tmp = Path(tmp_name)
         sides = {"base": args.base, "change": "worktree"}
+        given = {"base": args.base_code, "change": args.change_code}
+        code = {}
         for side, source in sides.items():
-            out["meta"][f"{side}_code"] = freeze_code(tmp / side / "code", source)
+            if given[side]:
+                code[side] = Path(given[side]).resolve()
+                out["meta"][f"{side}_code"] = {"source": "frozen beforehand", "path": given[side]}
+            else:
+                code[side] = tmp / side / "code"
+                out["meta"][f"{side}_code"] = freeze_code(code[side], source)
         for name in suites:
             suite, kind = SUITES[name]
             suite = [args.real_tasks if a == REAL else a for a in suite]
             got = {}
             for side in sides:
                 path = tmp / side / (name.split()[0] + "_" + str(len(got)) + ".json")
+                path.parent.mkdir(parents=True, exist_ok=True)
                 print(f"== {name}: {side}", flush=True)
-                _run_suite(tmp / side / "code", suite, path, args.seeds, args.trials, args.workers)
+                _run_suite(code[side], suite, path, args.seeds, args.trials, args.workers)
                 got[side] = read_json(path)
             out["suites"][name] = compare(got["base"], got["change"], kind) | {"final": kind}
     out["meta"]["wall_seconds"] = time.time() - t0
@@ -122,14 +142,21 @@ def main(argv: list[str] | None = None) -> None:
             out["suites"] = {k: out["suites"][k] for k in SUITES if k in out["suites"]}
     print(f"\ncalibo's default at {args.base} (base) and in this checkout (change), {args.seeds} seeds per task;"
           " runs identical in every value but timings")
-    print(f"{'suite':32s} {'runs':>5s} {'identical':>10s} {'base mean':>12s} {'change mean':>12s}")
-    for name, r in out["suites"].items():
-        bm = "-" if r["base_mean"] is None else f"{r['base_mean']:.5g}"
-        cm = "-" if r["change_mean"] is None else f"{r['change_mean']:.5g}"
-        print(f"{name:32s} {r['runs']:5d} {r['identical']:10d} {bm:>12s} {cm:>12s}")
+    print_table(out)
     report.write_json(path, out)
     _plot(out, path.with_suffix(".png"))
     print(f"wrote {path} and {path.with_suffix('.png')}")
+
+
+def print_table(out: dict[str, Any]) -> None:
+    print(f"{'suite':32s} {'runs':>5s} {'identical':>10s} {'base mean':>12s} {'change mean':>12s} "
+          f"{'change wins/losses':>19s} {'p':>6s}")
+    for name, r in out["suites"].items():
+        bm = "-" if r["base_mean"] is None else f"{r['base_mean']:.5g}"
+        cm = "-" if r["change_mean"] is None else f"{r['change_mean']:.5g}"
+        wl = f"{r['wins']}/{r['losses']}" if "wins" in r else "-"
+        p = f"{r['p']:.3g}" if "p" in r else "-"
+        print(f"{name:32s} {r['runs']:5d} {r['identical']:10d} {bm:>12s} {cm:>12s} {wl:>19s} {p:>6s}")
 
 
 def _plot(out: dict[str, Any], path: Path) -> None:

@@ -21,6 +21,8 @@ import pytest
 from test_api import BRANIN, FAST, branin
 
 from benchmarks.crowd import CaliboServer, HealthMonitor
+from calibo.engine import EngineConfig
+from calibo.engine.config import WARMUP_LEAST
 
 
 def fit_processes(srv: CaliboServer) -> list[psutil.Process]:
@@ -100,24 +102,24 @@ def test_serve_is_ready_only_with_a_live_warm_fit_process_and_replaces_a_killed_
         assert_warm(server, new[0])
         # and it fits: a study's first ask after its warm start gets a prediction
         sid = http.post("/v1/studies", json={"name": "after-kill", "space": BRANIN, "settings": FAST}).json()["id"]
-        for _ in range(FAST["n_warmup"]):
-            ask_tell(http, sid)
         _, trial = first_prediction(http, sid, timeout=60)
-        assert trial["prediction"]["fitted_on"] >= FAST["n_warmup"]
+        assert trial["prediction"]["fitted_on"] >= EngineConfig.from_dict(FAST).warmup_least
 
 
 def test_the_first_ask_after_the_warm_start_gets_a_prediction_within_a_fit_time(server: CaliboServer) -> None:
     server.start()
     with httpx.Client(base_url=server.url, timeout=60, trust_env=False) as http:
-        # default engine settings (15 warm-start trials); asks never wait for a fit, as in a crowd
+        # default engine settings (the model takes over from 5 results, once it ranks them); asks never
+        # wait for a fit, as in a crowd
         sid = http.post("/v1/studies", json={"name": "cold", "space": BRANIN,
                                             "settings": {"ask_wait_seconds": 0}}).json()["id"]
-        warm = [ask_tell(http, sid) for _ in range(15)]
+        warm = [ask_tell(http, sid) for _ in range(WARMUP_LEAST)]
         assert all(t["prediction"] is None for t in warm)
         took, trial = first_prediction(http, sid, timeout=30)
         status = http.get(f"/v1/studies/{sid}").json()["surrogate_status"]
-    assert trial["prediction"]["fitted_on"] >= 15
-    print(f"first prediction {took:.2f} s after the 15th tell; fit took {status['fit_seconds']:.2f} s")
+    assert trial["prediction"]["fitted_on"] >= WARMUP_LEAST
+    print(f"first prediction {took:.2f} s after the 5th tell, fitted on {trial['prediction']['fitted_on']}; "
+          f"fit took {status['fit_seconds']:.2f} s")
 
 
 def test_a_thread_pool_is_ready_at_once_and_a_closed_pool_is_down(tmp_path: Path) -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import time
 
 import httpx
 import numpy as np
 import pytest
 from conftest import LiveServer, unique
-from test_api import BRANIN, MIXED, branin
+from test_api import BRANIN, MIXED, branin, wait_fitted
 
 from calibo.engine import EngineConfig, Optimizer, SearchSpace, StudyState, fit, select
 from calibo.engine.crowd import Believer, Crowd, lipschitz, penalty
@@ -193,6 +194,45 @@ def test_the_service_and_the_optimizer_suggest_the_same_to_a_crowd(server: LiveS
     for t, s in zip(served, mine, strict=True):
         for a, b in zip(t["prediction"]["intervals"], s.prediction["intervals"], strict=True):
             assert a["lower"] == pytest.approx(b["lower"], rel=1e-9) and a["alpha"] == pytest.approx(b["alpha"])
+
+
+def test_a_crowd_waits_for_fits_quick_against_its_trials() -> None:
+    """A twentieth of a trial at most, and only when the newest fit took no longer than that."""
+    from calibo.server.studies.service import CROWD_WAIT_SHARE, crowd_wait
+
+    assert CROWD_WAIT_SHARE == 0.05
+    assert crowd_wait(60.0, 0.2, 5.0) == pytest.approx(3.0)  # 1-minute trials, 0.2 s fits: up to 3 s
+    assert crowd_wait(600.0, 0.2, 5.0) == 5.0  # within the study's bound
+    assert crowd_wait(2.0, 0.2, 5.0) == 0.0  # 2 s trials: a 0.2 s fit is a tenth of one, too long
+    assert crowd_wait(0.01, 0.05, 5.0) == 0.0  # a load test's instant trials
+    assert crowd_wait(None, 0.1, 5.0) == 0.0 and crowd_wait(60.0, None, 5.0) == 0.0  # nothing known yet
+
+
+@pytest.mark.slow  # trials that run 3 s
+def test_a_crowd_ask_gets_the_fit_on_every_result_told(server: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ten trials run for 3 s each and eight are told, two still running: a crowd. With the share
+    of a trial an ask may wait raised to all of it (so that a fit on a loaded test machine is
+    quick against these short trials), the next ask waits for the fit on all eight results. Before,
+    a crowd's ask never waited: it was served from the fit on seven."""
+    monkeypatch.setattr("calibo.server.studies.service.CROWD_WAIT_SHARE", 1.0)
+    with server.client() as http:
+        r = http.post("/v1/studies", json={"name": unique("crowd-wait"), "space": BRANIN, "seed": 3,
+                                           "settings": FAST | {"ask_wait_seconds": 60}})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+
+        def tell_all(trials: list[dict]) -> None:
+            for t in trials:
+                r = http.post(f"/v1/studies/{sid}/trials/{t['id']}/tell", json={"value": branin(t["params"])})
+                assert r.status_code == 200, r.text
+
+        first = http.post(f"/v1/studies/{sid}/ask", json={"count": 10}).json()["trials"]
+        time.sleep(3.0)
+        tell_all(first[:7])
+        wait_fitted(http, sid, 7)  # a fit: before the first, how long a fit takes is unknown
+        tell_all(first[7:8])
+        nxt = _ask(http, sid)
+        assert nxt["prediction"] is not None and nxt["prediction"]["fitted_on"] == 8
 
 
 def test_each_objective_is_conditioned_with_its_own_kernel() -> None:

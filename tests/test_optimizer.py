@@ -10,6 +10,7 @@ import pytest
 from scipy.stats import wilcoxon
 
 from calibo.engine import ConfigError, EngineConfig, Optimizer, ParamError, SearchSpace
+from calibo.engine.fit import fit
 
 BRANIN_SPACE = {"x1": {"type": "float", "low": -5, "high": 10}, "x2": {"type": "float", "low": 0, "high": 15}}
 MIXED_SPACE = {
@@ -75,7 +76,7 @@ def test_warm_start_is_quasi_random_then_model_based() -> None:
     for s in first:
         opt.tell(s.params, branin(s.params))
     s = opt.ask()[0]
-    assert s.prediction is not None and s.prediction["method"] == "raw"
+    assert s.prediction is not None and s.prediction["method"] == "cv+"  # conformalized from the first fit
     lo, hi = s.prediction["intervals"][0]["lower"], s.prediction["intervals"][0]["upper"]
     assert lo < hi
 
@@ -96,24 +97,48 @@ def _first_model_based_ask(opt: Optimizer, in_flight: int, trials: int = 30) -> 
 
 
 @pytest.mark.slow  # 60 tells with fits, ~3 s
-def test_with_trials_in_flight_the_warm_up_waits_for_its_finished_trials() -> None:
-    """A crowd of 8 waits for 15 finished trials (22 quasi-random ones launched); sequentially the
-    warm-up is the first 15 observations."""
+def test_the_model_takes_over_once_it_ranks_held_out_results() -> None:
+    """Sequentially the model takes over at the first fit whose out-of-fold predictions rank the
+    results significantly (one-sided Spearman p < 0.05), before the ``n_warmup`` cap (15); a crowd
+    of 8 on the results it has, rather than after 15 of them (22 quasi-random trials launched)."""
     space = SearchSpace.from_dict(BRANIN_SPACE)
-    opt = Optimizer(BRANIN_SPACE, seed=3, config=FAST)
-    assert _first_model_based_ask(opt, 8) == 22
+    seq = Optimizer(BRANIN_SPACE, seed=3, config=FAST)
+    first = _first_model_based_ask(seq, 1)
+    assert 5 <= first < 15
+    for n in range(5, first + 1):  # the rank test of the fit on each number of results, up to the first model ask
+        rank_p = fit(seq.observations[:n], seq.space, seq.config, seed=seq.seed).meta["rank_p"]
+        assert (rank_p < 0.05) == (n == first), (n, rank_p)
+    crowd = Optimizer(BRANIN_SPACE, seed=3, config=FAST)
+    assert _first_model_based_ask(crowd, 8) < 22
     # the warm-up trials are the study's first Sobol points, none skipped
-    launched = [p for p, _ in opt.observations] + [p for p, _ in opt.pending]
-    assert set(space.keys(space.sample(22, 3))) <= set(space.keys(space.to_unit(launched)))
-    assert _first_model_based_ask(Optimizer(BRANIN_SPACE, seed=3, config=FAST), 1) == 15
+    launched = [p for p, _ in crowd.observations] + [p for p, _ in crowd.pending]
+    assert set(space.keys(space.sample(12, 3))) <= set(space.keys(space.to_unit(launched)))
 
 
-def test_warmed_up_needs_four_observations_and_the_finished_warm_up() -> None:
+def test_without_an_order_to_rank_the_warm_up_runs_to_n_warmup() -> None:
+    """A flat objective gives the model nothing to rank: the quasi-random warm-up goes on to
+    ``n_warmup`` results; the fits made meanwhile are kept, with their rank test, on the snapshot."""
+    opt = Optimizer(BRANIN_SPACE, seed=3, config=FAST)
+    firsts = []
+    for i in range(17):
+        s = opt.ask()[0]
+        if s.prediction is not None:
+            firsts.append(i)
+        opt.tell(s.params, 1.0)
+        if len(opt.observations) >= 5:
+            assert opt.snapshot.meta["rank_p"] == 1.0  # all values equal: no order to predict
+    assert firsts[0] == 15
+
+
+def test_warmed_up_follows_the_rank_test_and_caps_at_n_warmup() -> None:
     cfg = EngineConfig(n_warmup=15)
-    assert cfg.warmup_least == 15
-    assert not cfg.warmed_up(14, 100) and cfg.warmed_up(15) and not cfg.warmed_up(14)
+    assert cfg.warmup_least == 5 and not cfg.fits(4) and cfg.fits(5)
+    assert not cfg.warmed_up(4, rank_p=0.001)  # too few for any fit
+    assert cfg.warmed_up(5, rank_p=0.01) and not cfg.warmed_up(5, rank_p=0.2) and not cfg.warmed_up(14, rank_p=None)
+    assert cfg.warmed_up(15, rank_p=0.9) and cfg.warmed_up(15)  # the cap: n_warmup results
     small = EngineConfig(n_warmup=2)  # a fit needs 4 observations, whatever the warm-up
-    assert small.warmup_least == 4 and not small.warmed_up(3, 10) and small.warmed_up(4)
+    assert small.warmup_least == 4 and not small.warmed_up(3) and small.warmed_up(4)
+    assert EngineConfig(n_warmup=30).warmup_least == 5
 
 
 def test_batch_ask_is_distinct_and_unseen() -> None:
@@ -196,12 +221,44 @@ def test_config_errors_name_the_setting() -> None:
 
 
 def test_adaptive_state_moves_once_conformalized() -> None:
+    """By default every prediction is conformalized, from the first fit (CV+ below ``split_from``);
+    a study that conformalizes later shows the surrogate's raw quantiles until then."""
     opt = Optimizer(BRANIN_SPACE, seed=5, config=FAST)
     run(opt, branin, 45)
-    assert any(r["method"] == "cv+" for r in opt.records)
+    assert {r["method"] for r in opt.records} == {"cv+"}
     assert any(st.steps > 0 for st in opt.state.states)
-    assert {r["method"] for r in opt.records} >= {"raw", "cv+"}
+    late = Optimizer(BRANIN_SPACE, seed=5, config={**FAST, "conformalize_from": 32})
+    run(late, branin, 45)
+    assert {r["method"] for r in late.records} == {"raw", "cv+"}
 
+
+
+def test_predictions_are_conformalized_from_the_first_fit_and_the_search_follows_the_paper() -> None:
+    """Below 32 observations a suggestion is the argmin of the acquisition on the surrogate's own
+    quantiles (the quantile HPO paper's schedule), while the prediction it carries is CV+'s; from
+    32 on the acquisition scores the calibrated quantiles the prediction shows."""
+    from calibo.engine import acquisition as acq
+    from calibo.engine import select
+    from calibo.engine.config import SEARCH_CONFORMALIZED_FROM
+    from calibo.engine.scoring import narrows, scored
+
+    opt = Optimizer(BRANIN_SPACE, seed=1, config=FAST)
+    run(opt, branin, 12)
+    for n, raw_search in ((12, True), (SEARCH_CONFORMALIZED_FROM, False)):
+        run(opt, branin, n - len(opt.observations))
+        snap = opt.snapshot
+        assert snap.method == "cv+"
+        s = select(snap, opt.state, opt.space, opt.config, asked=opt.asked,
+                   exclude=[p for p, _ in opt.observations], n_observed=n)[0]
+        assert s.prediction.outcomes[0].method == "cv+"
+        alphas = np.array([st.alpha for st in opt.state.states])
+        Q = snap.raw if raw_search else snap.bounds.at(alphas)
+        sc = acq.score(opt.config.acquisition, scored(Q, snap.signal if narrows(opt.config, several=False) else None),
+                       snap.levels, best=snap.best, rng=np.random.default_rng(0))
+        keys = snap.candidate_keys()
+        seen = set(opt.space.keys(snap.observed))
+        alive = [i for i, k in enumerate(keys) if k not in seen]
+        assert opt.space.from_unit(snap.candidates[[alive[int(np.argmin(sc[alive]))]]])[0] == s.params
 
 @pytest.mark.parametrize("surrogate", ["qgp"])
 def test_beats_random_search_on_branin(surrogate: str) -> None:

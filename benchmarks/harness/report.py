@@ -68,8 +68,32 @@ def compact_run(run: dict[str, Any], directions: Sequence[str]) -> dict[str, Any
         out["front"] = _front_at_arrival(values, signs)
     else:
         out["best"] = _improvements(values, float(signs[0]))
+        out.update(ties(values, float(signs[0])))
     out["n"] = len(values)
     return out
+
+
+TIES_FROM = 15  # ties are counted after the default's longest warm-up (trials 16 on)
+
+
+def ties(values: list[float], sign: float, start: int = TIES_FROM) -> dict[str, int]:
+    """Plateau statistics of one run (one objective, values in completion order): ``ties``, how
+    many of the trials from ``start`` on tied the best value found before them (within 1e-9 of the
+    run's range: a trial that could not change the result), ``after`` how many trials that counts
+    over, and ``distinct`` the number of distinct values."""
+    v = np.array([np.nan if x is None else float(x) for x in values]) * sign
+    ok = v[np.isfinite(v)]
+    tol = 1e-9 * max(float(np.ptp(ok)) if ok.size else 0.0, 1e-300)
+    best, tied, counted = math.inf, 0, 0
+    for i, x in enumerate(v):
+        if not math.isfinite(x):
+            continue
+        if i >= start and math.isfinite(best):
+            counted += 1
+            tied += int(abs(x - best) <= tol)
+        best = min(best, x)
+    distinct = int(np.sum(np.diff(np.sort(ok)) > tol) + 1) if ok.size else 0
+    return {"ties": tied, "after": counted, "distinct": distinct}
 
 
 def _improvements(values: list[float], sign: float) -> list[list]:

@@ -50,6 +50,17 @@ REMOVED_AT = "26d3c61"
 # search starts from (20 measured ahead of 5 on real tuning).
 LOCAL_SEARCH = 20
 
+# The fewest observations the model may take over from, once its out-of-fold predictions rank the
+# results better than chance at this significance (``EngineConfig.warmed_up``). Optuna's GPSampler
+# starts after 10 trials, fixed.
+WARMUP_LEAST = 5
+WARMUP_SIGNIFICANCE = 0.05
+
+# The acquisition scores the calibrated quantiles from this many observations on, the surrogate's own
+# before (the quantile HPO paper's schedule, 5.1 and 6.3); every prediction shown is conformalized
+# from ``conformalize_from`` on (by default the first fit).
+SEARCH_CONFORMALIZED_FROM = 32
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -71,8 +82,8 @@ class EngineConfig:
     adapter: str = "aci"  # aci | dtaci | none (ACI calibrates better over a study's horizon: docs, ACI and DtACI)
     conformal: str = "adaptive"  # adaptive (CV+ then split) | split | cv+ | crossval | jab+ | raw
     n_levels: int = 10  # equal-mass quantile levels; pairs give 90/70/50/30/10% intervals
-    n_warmup: int = 15  # quasi-random trials launched before the model takes over
-    conformalize_from: int = 32
+    n_warmup: int = 15  # the most finished quasi-random trials before the model takes over (warmed_up)
+    conformalize_from: int = 5  # CV+ from the first fit: its fold models also tell when the warm-up ends
     split_from: int = 50
     n_candidates: int = 2000
     top_k: int = 5
@@ -82,6 +93,7 @@ class EngineConfig:
     n_bootstraps: int = 20  # bootstrap models of jab+
     aci_gamma: float = 0.05  # ACI learning rate; a 100-trial horizon needs a fast one
     dtaci_window: int = 50
+    crowd_samples: int = 0  # trials in flight: Monte Carlo fantasies of their outcomes (0: the believer)
     multi_acquisition: str = "auto"  # several objectives: auto (ehvi for 2, parego for 3-4) | ehvi (2-3) | parego
     reference_point: tuple[float, ...] | None = None  # several objectives: the hypervolume's, in their units
     surrogate_options: dict[str, Any] = field(default_factory=dict)
@@ -117,17 +129,32 @@ class EngineConfig:
         object.__setattr__(self, "surrogate_options",
                            check_surrogate_options(self.surrogate, self.surrogate_options))
 
-    def warmed_up(self, n_observed: int, n_running: int = 0) -> bool:
-        """Whether suggestions come from a fitted model yet (else from the warm-up sequence): once
-        ``n_warmup`` trials have finished (and at least 4, the fewest a fit takes). With trials in
-        flight a crowd of 8 launches ``n_warmup + 7`` quasi-random trials and waits for ``n_warmup``
-        results (docs: the warm start with trials in flight)."""
-        return n_observed >= self.warmup_least and n_observed + n_running >= self.n_warmup
+    def fits(self, n_observed: int) -> bool:
+        """Whether a fit is worth making on ``n_observed`` observations: from ``warmup_least`` on.
+        Its snapshot decides whether the model takes over yet (``warmed_up``)."""
+        return n_observed >= self.warmup_least
+
+    def warmed_up(self, n_observed: int, rank_p: float | None = None) -> bool:
+        """Whether suggestions come from a fitted model yet (else from the warm-up sequence).
+
+        The warm-up's length follows the data: the model takes over from ``warmup_least``
+        observations (``WARMUP_LEAST``, 5) once it ranks results it did not see better than chance
+        (``rank_p``, the fit's one-sided p-value of the out-of-fold Spearman correlation, below
+        ``WARMUP_SIGNIFICANCE``: ``ConformalFit.rank_p``; at 5 observations that takes a near-perfect
+        order, at 10 a correlation of about 0.56), and in any case once ``n_warmup`` trials have
+        finished (at least 4, the fewest a fit takes). Without it (a fit with no fold models:
+        ``conformalize_from`` above the fit's size, or a split, JaB+ or raw study) the model waits
+        for ``n_warmup``. Running trials do not count: a crowd
+        takes the model as soon as a sequential user would, on the results it has."""
+        if n_observed < self.warmup_least:
+            return False
+        return (rank_p is not None and rank_p < WARMUP_SIGNIFICANCE) or n_observed >= max(4, self.n_warmup)
 
     @property
     def warmup_least(self) -> int:
-        """The fewest observations the model takes over from (``warmed_up``), however many run."""
-        return max(4, self.n_warmup)
+        """The fewest observations a fit is made on, and the model may take over from
+        (``warmed_up``): ``WARMUP_LEAST``, or ``n_warmup`` when smaller (at least 4)."""
+        return max(4, min(self.n_warmup, WARMUP_LEAST))
 
     @property
     def level_grid(self) -> np.ndarray:

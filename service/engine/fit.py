@@ -92,6 +92,37 @@ def _incumbent(y: np.ndarray, feasible: np.ndarray) -> float:
     return float(y[rows].min())
 
 
+def quantum(values: np.ndarray) -> float:
+    """The step of a quantized metric at its incumbent: where the best value was observed more than
+    once (a tie; distinct configurations of a continuous metric do not tie), the smallest step
+    between distinct observed values; else 0. Accuracy on a small dataset moves in steps of one
+    sample, and a plateau repeats one value. Values within 1e-9 of their range count as one."""
+    v = np.sort(np.asarray(values, dtype=float))
+    if v.size < 2:
+        return 0.0
+    tol = 1e-9 * max(float(v[-1] - v[0]), 1e-300)
+    if v[1] - v[0] > tol:  # the best is not tied
+        return 0.0
+    gaps = np.diff(v)
+    steps = gaps[gaps > tol]
+    return float(steps.min()) if steps.size else 0.0
+
+
+def _improvable(best: float, raw: np.ndarray, feasible: np.ndarray, warp) -> float:
+    """The value an improvement acquisition improves on (warped, minimised): the best observed
+    value less half the metric's ``quantum`` (in its own units, through the warp). Where the
+    incumbent is tied, a trial that ties it again changes nothing, and one that improves does so by
+    at least a step: expected improvement past half a step prefers the candidates that can still
+    change the result (docs: benchmarks, real tuning, plateaus and ties). On a continuous metric the
+    quantum is 0 and this is the best observed value."""
+    rows = np.flatnonzero(feasible) if feasible.any() else np.arange(raw.size)
+    q = quantum(raw[rows])
+    if q <= 0.0:
+        return best
+    target = float(warp.forward(np.array([float(raw[rows].min()) - 0.5 * q]))[0])
+    return min(best, target) if np.isfinite(target) else best
+
+
 def _fit(observations, space, config, direction, seed, candidates, device, pending=(), constraints=None,
          directions=None) -> Snapshot:
     t0 = time.perf_counter()
@@ -120,6 +151,8 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     cons = [_Outcome(C[:, j], config, make, X, method, fit_seed + 1 + j) for j in range(C.shape[1])]
     feasible = np.all(C <= 0, axis=1)
     best = _incumbent(y, feasible)
+    if not objs:  # one objective: the quantum of its metric (several: the hypervolume's own reference)
+        best = _improvable(best, sign * V[:, 0], feasible, warp)
     thresholds = [float(o.warp.forward(0.0)) for o in cons]
     Y = np.stack([main.y] + [o.y for o in objs], axis=1)  # (n, m): every objective, minimised, warped
     # what the candidate set mutates: the best observations, by Pareto rank with several objectives
@@ -179,7 +212,7 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
              for j, o in enumerate(objs, start=1)]
     heads += [Head(kind="constraint", threshold=t, warp=None if o.warp.identity else o.warp.to_dict(),
                    **outputs(o.cf, objective=False)) for o, t in zip(cons, thresholds, strict=True)]
-    meta = {"device": cf.model.ran_on,
+    meta = {"device": cf.model.ran_on, "rank_p": cf.rank_p(y),
             "crowd": crowd.fit_info(cf.model, cand, raw, [o.cf.model for o in objs])}
     if not warp.identity:
         meta["warp"] = warp.to_dict()

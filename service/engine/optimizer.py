@@ -99,7 +99,7 @@ class Optimizer:
     @property
     def snapshot(self) -> Snapshot | None:
         n = len(self.observations)
-        if not self.config.warmed_up(n, len(self.pending)):
+        if not self.config.fits(n):
             return None
         if self._snapshot is None or self._snapshot.n_obs != n:
             t = time.perf_counter()

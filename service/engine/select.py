@@ -16,7 +16,7 @@ import numpy as np
 
 from . import acquisition as acq
 from . import crowd, multi
-from .config import EngineConfig
+from .config import SEARCH_CONFORMALIZED_FROM, EngineConfig
 from .conformal import pair_alphas, pair_intervals
 from .outcomes import sign_of
 from .prediction import Interval, OutcomePrediction, Prediction
@@ -77,14 +77,14 @@ def _outcome(bounds, method: str, levels: np.ndarray, row: int, Q: np.ndarray, a
 
 
 def _prediction(snap: Snapshot, row: int, Q: np.ndarray, alphas: np.ndarray, sign: float,
-                acquisition: str, score: float, heads: Sequence[tuple[np.ndarray, np.ndarray]] = (),
+                acquisition: str, score: float, heads: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]] = (),
                 log_pf: np.ndarray | None = None) -> Prediction:
     """The prediction a suggestion is chosen on: the objective's (with several objectives, one per
     objective), and each constraint's (``heads``: the calibrated quantiles and alphas of every
     snapshot head)."""
     def of(kind: str) -> list[OutcomePrediction]:
         return [_outcome(h.bounds(snap.method), snap.method, snap.levels, row, Qh, ah, h.sign, Warp.from_dict(h.warp))
-                for h, (Qh, ah) in zip(snap.heads, heads, strict=True) if h.kind == kind]
+                for h, (Qh, ah, _) in zip(snap.heads, heads, strict=True) if h.kind == kind]
 
     outcomes = [_outcome(snap.bounds, snap.method, snap.levels, row, Q, alphas, sign,
                          Warp.from_dict(snap.meta.get("warp")))]
@@ -150,8 +150,8 @@ def select(
     the study has asked so far (position in its warm-start sequence and the
     select rng's key). ``exclude_keys``: like ``exclude``, as ``space.keys``
     of the configurations (what the service stores with each trial). Before
-    the warm-up (``EngineConfig.warmed_up``: ``n_warmup`` trials launched, counting ``pending``),
-    or without a snapshot, points come from the study's scrambled Sobol sequence. With snapshot
+    the warm-up (``EngineConfig.warmed_up``: from 5 observations once the snapshot's model ranks
+    held-out results better than chance, else after ``n_warmup``), or without a snapshot, points come from the study's scrambled Sobol sequence. With snapshot
     heads (further objectives, constraints) the acquisition is the multi-objective one, weighed by
     the calibrated probability of feasibility.
     """
@@ -165,7 +165,7 @@ def select(
         busy_keys.update(space.keys(space.to_unit(list(exclude))))
     busy_keys.update(exclude_keys)
     n_obs = snapshot.n_obs if n_observed is None and snapshot is not None else (n_observed or 0)
-    if snapshot is None or not config.warmed_up(n_obs, len(pending)):
+    if snapshot is None or not config.warmed_up(n_obs, snapshot.meta.get("rank_p")):
         if snapshot is not None:
             busy_keys |= set(space.keys(snapshot.observed))
         pts = warmup_points(space, seed, asked, count, busy_keys)
@@ -183,9 +183,14 @@ def select(
         alive &= np.array([k not in busy_keys for k in keys])
     alphas = np.array([s.alpha for s in state.states], dtype=float)
     Q = snapshot.bounds.at(alphas)  # what each suggestion's prediction reports, and adapt scores
+    # what the acquisition scores: the calibrated quantiles from ``SEARCH_CONFORMALIZED_FROM``
+    # observations on (the quantile HPO paper's schedule), the surrogate's own before
+    raw_search = snapshot.n_obs < SEARCH_CONFORMALIZED_FROM
+    Qa = snapshot.raw if raw_search else Q  # as Bounds.at gives a raw fit's
     dirs = snapshot.meta.get("directions")
     narrowed = narrows(config, several=bool(dirs))
-    view = crowd.Crowd(snapshot, space, scored(Q, snapshot.signal if narrowed else None))
+    view = crowd.Crowd(snapshot, space, scored(Qa, snapshot.signal if narrowed else None),
+                       samples=config.crowd_samples, rng=np.random.default_rng([seed, asked, 23]))
     if pending:
         view.add(view.rows_of(pend_unit, pend_keys, index))
 
@@ -197,20 +202,22 @@ def select(
                              f"the study state has {len(head_states)}")
         for h, hs in zip(snapshot.heads, head_states, strict=True):
             ah = np.array([st.alpha for st in hs], dtype=float)
-            heads.append((h.bounds(snapshot.method).at(ah), ah))
-        log_pf = sum(acq.log_prob_below(Qh, snapshot.levels, h.threshold)
-                     for h, (Qh, _) in zip(snapshot.heads, heads, strict=True) if h.kind == "constraint")
+            Qh = h.bounds(snapshot.method).at(ah)
+            heads.append((Qh, ah, h.raw if raw_search else Qh))
+        log_pf = sum(acq.log_prob_below(Qs, snapshot.levels, h.threshold)
+                     for h, (_, _, Qs) in zip(snapshot.heads, heads, strict=True) if h.kind == "constraint")
     any_feasible = snapshot.meta.get("n_feasible", 1) > 0
     acquisition, mo = config.acquisition, None
     if dirs:  # several objectives: the first is the snapshot's own outcome, the others its objective heads
         objective = [i for i, h in enumerate(snapshot.heads) if h.kind == "objective"]
-        Qs = [view.Q] + [scored(heads[i][0], snapshot.heads[i].signal) for i in objective]
+        Qs = [view.Q] + [scored(heads[i][2], snapshot.heads[i].signal) for i in objective]
         warps = [Warp.from_dict(snapshot.meta.get("warp"))] + [Warp.from_dict(snapshot.heads[i].warp) for i in objective]
         mo = MultiScore(config, [sign_of(d) for d in dirs], snapshot.observed_y, snapshot.observed_ok, warps,
                         snapshot.levels, np.random.default_rng([seed, asked, 17]))
         acquisition = "logei"  # -log of an expected improvement: how crowd penalties and feasibility combine
 
-    def score(Qv: np.ndarray, best: float) -> np.ndarray:
+    def score(Qv: np.ndarray, best: float, rows: np.ndarray | None = None) -> np.ndarray:
+        """The acquisition of the quantiles ``Qv`` (of the candidate ``rows``, all when None)."""
         if mo is None:
             sc = acq.score(config.acquisition, Qv, snapshot.levels, best=best, rng=rng)
         else:  # the believer narrows each objective with its own kernel (view.shrinks)
@@ -218,7 +225,9 @@ def select(
             shrinks = view.shrinks() if believer else [None] * len(Qs)
             sc = mo([Qj if f is None else crowd.narrow(Qj, f) for Qj, f in zip(Qs, shrinks, strict=True)],
                     believed=crowd.believed_points(Qs, view.rows) if believer else None)
-        return sc if log_pf is None else with_feasibility(sc, log_pf, acquisition, any_feasible)
+        if log_pf is None:
+            return sc
+        return with_feasibility(sc, log_pf if rows is None else log_pf[rows], acquisition, any_feasible)
 
     rows: list[int] = []
     preds: list[Prediction] = []
@@ -227,7 +236,7 @@ def select(
             break
         if mo is not None and mo.kind == "parego":  # ParEGO: a fresh scalarisation for every choice
             mo.weights = multi.simplex_weights(mo.m, rng)
-        sc = view.scores(score, acquisition)
+        sc = view.scores(score, acquisition, alive=alive)
         idx = np.flatnonzero(alive)
         row = int(idx[np.argmin(sc[idx])])
         rows.append(row)

@@ -78,8 +78,8 @@ class StudySpec:
     def initial_state(self) -> StudyState:
         return StudyState.initial(self.config, self.seed, len(self.directions), len(self.constraints))
 
-    def warmed_up(self, n_observed: int, n_running: int = 0) -> bool:
-        return self.config.warmed_up(n_observed, n_running)
+    def fits(self, n_observed: int) -> bool:
+        return self.config.fits(n_observed)
 
     def fit(self, observations: Sequence[tuple[dict[str, Any], Any]], pending: Sequence[dict[str, Any]] = (),
             constraints: Sequence[Sequence[float]] | None = None, device: str | None = None) -> Snapshot:

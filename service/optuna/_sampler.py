@@ -291,7 +291,7 @@ class CaliboSampler(BaseSampler):
         keys = _constraint_keys(complete)
         cons = [[float(t.constraints[k]) for k in keys] for t in complete] if keys else None
         snap = None
-        if cfg.warmed_up(len(observations), len(pending)):
+        if cfg.fits(len(observations)):
             snap = self._snapshot((study._study_id, sig), enc.space, observations, pending, directions, cons)
         state = self._states((study._study_id, sig), enc, complete, keys, len(directions))
         out = select(snap, state, enc.space, cfg, count=1, direction=direction,

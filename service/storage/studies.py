@@ -142,6 +142,21 @@ class StudyQueries:
             s.execute(delete(TrialRow).where(TrialRow.study_id == study_id))
             s.execute(delete(StudyRow).where(StudyRow.id == study_id))
 
+    def pace(self, study_id: int, last: int = 20) -> tuple[float | None, float | None]:
+        """``(trial seconds, fit seconds)``: the median run time (ask to finish) of the study's
+        ``last`` trials completed by an ask, and the newest snapshot's fit time; None for either
+        that the study does not have yet."""
+        with self._read() as s:
+            rows = s.execute(select(TrialRow.asked_at, TrialRow.finished_at)
+                             .where(TrialRow.study_id == study_id, TrialRow.state == "complete",
+                                    TrialRow.origin.is_(None), TrialRow.finish_seq.is_not(None))
+                             .order_by(TrialRow.finish_seq.desc()).limit(last)).all()
+            fit = s.scalar(select(SnapshotRow.fit_seconds).where(SnapshotRow.study_id == study_id)
+                           .order_by(SnapshotRow.version.desc()).limit(1))
+        spans = sorted((as_utc(b) - as_utc(a)).total_seconds() for a, b in rows if a is not None and b is not None)
+        trial = spans[len(spans) // 2] if spans else None
+        return trial, None if fit is None else float(fit)
+
     def progress(self, study_id: int) -> tuple[int, int, int]:
         """``(completed trials, observations in the newest snapshot, running trials)``."""
         with self._read() as s:

@@ -59,7 +59,7 @@ class AddedTrials:
             rows = tx.add_finished(specs, lambda v: sd.better(v, tx.study.best_value))
             views = [trial_view(r) for r in rows]
             n_complete = tx.study.n_complete
-        if any(spec["state"] == "complete" for spec in specs) and self._warmed_up(sd, n_complete) \
+        if any(spec["state"] == "complete" for spec in specs) and sd.config.fits(n_complete) \
                 and self.fits is not None:
             self.fits.request(study_id)
         return views
@@ -100,6 +100,6 @@ class AddedTrials:
         except BaseException:  # a copy is whole or absent: never half a study under the new name
             self.delete(info.id)
             raise
-        if sd.config.warmed_up(sum(r.state == "complete" for r in rows)) and self.fits is not None:
+        if sd.config.fits(sum(r.state == "complete" for r in rows)) and self.fits is not None:
             self.fits.request(info.id)
         return self.storage.get_study(info.id), len(specs)

@@ -41,6 +41,20 @@ from .reports import report
 from .tells import TellSteps
 from .views import study_summary, study_view, trial_view
 
+# An ask while trials run waits for the fit in flight when the newest fit took at most this share of
+# a trial's median run time, and for no longer (StudyService._maybe_wait_for_fit).
+CROWD_WAIT_SHARE = 0.05
+
+
+def crowd_wait(trial_s: float | None, fit_s: float | None, bound: float) -> float:
+    """Seconds an ask while trials run waits for the fit in flight (0: none): ``CROWD_WAIT_SHARE`` of
+    the median trial's run time ``trial_s``, within the study's ``bound``, when the newest fit took
+    ``fit_s`` no longer than that; nothing while either is unknown (no fit or no trial yet)."""
+    if trial_s is None or fit_s is None:
+        return 0.0
+    share = CROWD_WAIT_SHARE * trial_s
+    return min(bound, share) if fit_s <= share else 0.0
+
 
 class StudyService(AskSteps, TellSteps, AddedTrials):
     """Create, ask, tell and report on studies; shared by all API requests of a process."""
@@ -164,19 +178,26 @@ class StudyService(AskSteps, TellSteps, AddedTrials):
         return snap
 
     def _maybe_wait_for_fit(self, sd: StudyDef) -> None:
-        """A sequential user waits, up to the study's bound, for a fit covering its tells.
+        """An ask waits, up to the study's bound, for a fit covering the tells before it.
 
-        Sequential means: no trial of the study is running and no other ask or
-        tell of it is in flight here. A crowd always has one or the other (its
-        asks may all be queued at once, with nothing running for a moment), and
-        never waits.
+        A sequential user (no trial of the study running, no other ask or tell of it in flight
+        here) always does. An ask while trials run (a crowd) does when a fit is quick against a
+        trial: the newest fit took at most ``CROWD_WAIT_SHARE`` of the median trial's run time,
+        and it waits no longer than that share. A worker that tells and asks again then gets a
+        model that has its own result, for a twentieth of a trial at most; where fits are slow
+        against the trials (or the trials are instants, as in a load test) a crowd never waits.
+        Concurrent asks (several in flight here) never wait: they are served as one batch.
         """
         wait = self.settings.ask_wait_seconds if sd.ask_wait_seconds is None else sd.ask_wait_seconds
         if wait <= 0 or self.fits is None or self._inflight[sd.id] > 1:
             return
         n_complete, fitted_on, running = self.storage.progress(sd.id)
-        if running or not sd.config.warmed_up(n_complete) or fitted_on >= n_complete:
+        if not sd.config.fits(n_complete) or fitted_on >= n_complete:
             return
+        if running:
+            wait = crowd_wait(*self.storage.pace(sd.id), wait)
+            if wait <= 0:
+                return
         self.fits.request(sd.id)  # coalesces with a queued one; restarts one lost with a restart
         self.fits.wait(sd.id, n_complete, wait)
 
@@ -268,17 +289,10 @@ class StudyService(AskSteps, TellSteps, AddedTrials):
             self.metrics.told.labels(state).inc()
         feeds = state == "complete" or (state == "pruned" and value is not None and sd.pruner.feed_pruned)
         # with pruned values fed, completed trials undercount the observations: fit_study counts them
-        enough = sd.pruner.feed_pruned or self._warmed_up(sd, n_complete)
+        enough = sd.pruner.feed_pruned or sd.config.fits(n_complete)
         if changed and feeds and enough and self.fits is not None:
             self.fits.request(study_id)
         return view, changed
-
-    def _warmed_up(self, sd: StudyDef, n_complete: int) -> bool:
-        """Whether the study's warm-up is over (``EngineConfig.warmed_up``), so that a finished
-        trial is worth a fit; its running trials are read only when they could decide it."""
-        cfg = sd.config
-        return cfg.warmed_up(n_complete) or (n_complete >= cfg.warmup_least
-                                             and cfg.warmed_up(n_complete, self.storage.progress(sd.id)[2]))
 
     # --------------------------------------------------------------- report
     def report(self, study_id: int, trial_id: int, step: int, value: float) -> bool:

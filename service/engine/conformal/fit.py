@@ -29,8 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import spearmanr
 from sklearn.model_selection import KFold
 
+from ..acquisition import median
 from ..surrogates.base import BaseSurrogate
 
 
@@ -92,6 +94,21 @@ class ConformalFit:
     fold_of: np.ndarray | None = None  # (n_cal,) fold index of each score, CV+ only
     cal_index: np.ndarray | None = None  # (n_cal,) which observation each score belongs to
     scored_model: BaseSurrogate | None = None  # split of a refitted GP: the split model the scores came from
+    oof: np.ndarray | None = None  # CV+ / CrossVal-CP: each observation's out-of-fold median (``rank_p``)
+
+    def rank_p(self, y: np.ndarray) -> float | None:
+        """Whether the surrogate ranks results it has not seen: the one-sided p-value of the
+        Spearman correlation between each observation and its out-of-fold median (predicted by the
+        fold models that never saw it) being above 0. Small: the model orders held-out results
+        better than chance, so its suggestions carry information. 1 where the values or the
+        predictions are all equal; ``None`` without fold models (raw, split, JaB+)."""
+        if self.oof is None:
+            return None
+        med = self.oof
+        if np.ptp(y) <= 0.0 or np.ptp(med) <= 0.0:
+            return 1.0
+        p = spearmanr(med, y, alternative="greater").pvalue
+        return float(p) if np.isfinite(p) else 1.0
 
     def transport(self, X: np.ndarray, shown: np.ndarray | None = None) -> np.ndarray | None:
         """Split of a refitted model, quantile scores: at rows ``X``, the shown model's spread over
@@ -156,14 +173,17 @@ def conformalize(
         k = min(k_folds, n)
         fold_of = np.empty(n, dtype=int)
         fold_models, sc = [], np.empty((n, full.levels.size // 2))
+        med = np.empty(n)
         for f, (tr, te) in enumerate(KFold(k, shuffle=True, random_state=seed).split(X)):
             m = full.fold_clone().fit(X[tr], y[tr])
             fold_models.append(m)
             fold_of[te] = f
-            sc[te] = model_scores(m, X[te], y[te])
+            q = m.predict_quantiles(X[te])
+            sc[te] = scores(q, y[te], m.predict_scale(X[te]) if m.scaled else None)
+            med[te] = median(q)
         if method == "crossval":
-            return ConformalFit("crossval", Average(fold_models), sc, cal_index=np.arange(n))
-        return ConformalFit("cv+", full, sc, fold_models, fold_of, np.arange(n))
+            return ConformalFit("crossval", Average(fold_models), sc, cal_index=np.arange(n), oof=med)
+        return ConformalFit("cv+", full, sc, fold_models, fold_of, np.arange(n), oof=med)
     if method == "jab+":
         return _jackknife_after_bootstrap(make, X, y, rng, n_bootstraps)
     raise ValueError(f"unknown conformal method {method!r}")
