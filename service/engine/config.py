@@ -93,7 +93,6 @@ class EngineConfig:
     n_bootstraps: int = 20  # bootstrap models of jab+
     aci_gamma: float = 0.05  # ACI learning rate; a 100-trial horizon needs a fast one
     dtaci_window: int = 50
-    crowd_samples: int = 0  # trials in flight: Monte Carlo fantasies of their outcomes (0: the believer)
     multi_acquisition: str = "auto"  # several objectives: auto (ehvi for 2, parego for 3-4) | ehvi (2-3) | parego
     reference_point: tuple[float, ...] | None = None  # several objectives: the hypervolume's, in their units
     surrogate_options: dict[str, Any] = field(default_factory=dict)

@@ -42,34 +42,6 @@ A fixed exclusion radius around every running point, and penalisation of GP
 surrogates too, were measured against the believer and left the product
 (``docs/benchmarks/crowd.md``).
 
-Monte Carlo fantasies (``Crowd(..., samples=S)``, single objective, ``logei``,
-``ei`` and ``pi``): instead of believing the running points at their medians,
-integrate over their outcomes, as qEI does with fantasies (Ginsbourger et al.
-2010; Wilson et al., NeurIPS 2018, "Maximizing acquisition functions for
-Bayesian optimization") and qLogEI in log space (Ament et al., NeurIPS 2023,
-"Unexpected improvements to expected improvement for Bayesian optimization").
-With ``W`` (N, k) the believer's whitened cross-covariances and ``e_s ~ N(0,
-I_k)``, the same draws for every candidate (common random numbers), the
-fantasised outcomes move every candidate's conditional mean by
-``m(x) = c(x) W(x) e_s``, ``c(x) = s_Q(x) / sqrt(v(x) + s_n^2)`` the ratio of the
-scored quantiles' spread to the raw GP's (1 where they agree: ``W`` is in the
-raw GP's units, the quantiles are calibrated and maybe narrowed to the
-objective's own spread), so for sample ``s``
-
-    Q_s(x)  = narrow(Q(x), shrink(x)) + m(x),
-    best_s  = min(best, min_r median(Q(r)) + m(r))       (r: running or chosen rows)
-
-and, since ``rowsum(W^2) + v' = v``, the narrowed spread and the spread of the
-shift add back to the scored spread: averaged over ``e`` a candidate's
-distribution is its unconditioned one, only its correlation with the incumbent
-is accounted for. The score is ``-log mean_s exp(-score_s)`` for ``logei``
-(``score_s = -log EI_s``: the log of the mean EI, computed with logsumexp) and
-``mean_s score_s`` for ``ei`` and ``pi``. Only the ``top`` candidates with the best
-believer scores are scored so (``O(top S L)`` per choice, ``S`` calls of the score
-function on ``top`` rows); every other row keeps its believer order but is
-placed behind all of them (``Crowd.scores``). Other acquisitions, several
-objectives and penalisation keep the believer (``samples=0``: exactly it).
-
 ``fit`` stores what these need in ``snapshot.meta["crowd"]`` (kernel
 hyperparameters in target units, ``L``); ``select`` pays ``O(N P F)`` for ``P``
 running points and ``N`` candidates with ``F`` features.
@@ -82,9 +54,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.special import erfc, logsumexp, ndtri
+from scipy.special import erfc, ndtri
 
-from .acquisition import LOG_UTILITY, POSITIVE_UTILITY, median
+from .acquisition import median
 
 SQRT5 = math.sqrt(5.0)
 MAX_COLUMNS = 1024  # kernel columns a snapshot keeps for the selects on it (N floats each)
@@ -296,6 +268,8 @@ def penalised_scores(sc: np.ndarray, phi: np.ndarray, acquisition: str) -> np.nd
     ``-log(utility)``, so the product is ``score - log(phi)``; the others go
     through a softplus of their standardised utility (Gonzalez et al., 2016, 3.2).
     """
+    from .acquisition import LOG_UTILITY, POSITIVE_UTILITY
+
     if acquisition in LOG_UTILITY:
         with np.errstate(divide="ignore"):
             return sc - np.log(phi)
@@ -314,16 +288,10 @@ class Crowd:
     ``add(row)`` marks a candidate as running (or just chosen); ``scores`` gives
     the acquisition with every marked point accounted for. ``mode`` is
     ``"believer"`` when the snapshot's surrogate has a GP kernel, else
-    ``"penalize"``. ``samples`` > 0: Monte Carlo fantasies of the running points'
-    outcomes (module docstring) for the ``top`` best candidates by the believer,
-    drawn from ``rng`` (a fixed seed without one); 0 is the believer alone.
+    ``"penalize"``.
     """
 
-    def __init__(self, snapshot: Any, space: Any, Q: np.ndarray, samples: int = 0,
-                 rng: np.random.Generator | None = None, top: int = 64) -> None:
-        self.samples = max(int(samples), 0)
-        self.top = max(int(top), 1)
-        self.rng = rng if rng is not None or not self.samples else np.random.default_rng(0)
+    def __init__(self, snapshot: Any, space: Any, Q: np.ndarray) -> None:
         info = snapshot.meta.get("crowd") or {}
         self.cand = snapshot.candidates
         self.levels = snapshot.levels
@@ -398,90 +366,11 @@ class Crowd:
                 if b is not None:
                     b.add(rows)
 
-    def scores(self, score_fn: Any, acquisition: str, alive: np.ndarray | None = None) -> np.ndarray:
-        """``score_fn(Q, best)`` with the running points accounted for (lower is better).
-
-        With ``samples`` > 0 (single objective, ``logei``, ``ei`` or ``pi``): the believer scores all
-        rows, then the ``top`` best of the rows ``alive`` (a boolean mask; by default every row not
-        marked) are scored by the Monte Carlo fantasies (``fantasy_scores``). Every other row keeps
-        its believer order behind them, at ``h + 1 + 1e-9 |h| + (its believer score - the least
-        finite believer score among them)``, ``h`` the largest finite top score (+inf where there is
-        none, or where its believer score is +inf or NaN): none of them beats a top row, and no
-        score is NaN. The fantasies call ``score_fn(Q, best, rows=rows)`` with the top rows' quantiles only
-        (``rows``: their candidate rows, for a per-candidate term such as the probability of
-        feasibility).
-        """
+    def scores(self, score_fn: Any, acquisition: str) -> np.ndarray:
+        """``score_fn(Q, best)`` with the running points accounted for (lower is better)."""
         if not self.rows:
             return score_fn(self.Q, self.best)
         if self.mode == "believer":
-            Qn = narrow(self.Q, self.believer.shrink())
-            sc = score_fn(Qn, believed_best(self.best, self.Q, self.rows))
-            if not self.monte_carlo(acquisition):
-                return sc
-            return self._fantasised(sc, Qn, score_fn, acquisition, alive)
+            return score_fn(narrow(self.Q, self.believer.shrink()), believed_best(self.best, self.Q, self.rows))
         phi = penalty(self.cand, self.Q, self.levels, self.lipschitz, self.best, self.rows)
         return penalised_scores(score_fn(self.Q, self.best), phi, acquisition)
-
-    def monte_carlo(self, acquisition: str) -> bool:
-        """Whether ``scores`` integrates over the running points' outcomes (else the believer)."""
-        return (self.samples > 0 and self.mode == "believer" and bool(self.rows) and not self._objectives
-                and (acquisition in LOG_UTILITY or acquisition in POSITIVE_UTILITY))
-
-    def shift_weights(self, rows: np.ndarray | list[int]) -> np.ndarray:
-        """(len(rows), k) ``c W`` at the candidate ``rows``: their conditional means move by this
-        times the fantasies' whitened innovations ``e ~ N(0, I_k)`` (module docstring)."""
-        b = self.believer
-        rows = np.asarray(rows, dtype=int)
-        with np.errstate(all="ignore"):
-            c = _spread(self.Q[rows], self.levels) / np.sqrt(b.total[rows])
-        c[~np.isfinite(c)] = 0.0  # quantiles without a finite spread: moved by nothing
-        return c[:, None] * b.W[rows]
-
-    def fantasy_scores(self, Qn: np.ndarray, rows: np.ndarray, score_fn: Any, acquisition: str,
-                       e: np.ndarray) -> np.ndarray:
-        """(len(rows),) the Monte Carlo scores of the candidate ``rows`` (``Qn``: every candidate's
-        narrowed quantiles; ``e`` (S, k): the whitened innovations, one row per sample)."""
-        rows = np.asarray(rows, dtype=int)
-        marked = np.asarray(self.rows, dtype=int)
-        with np.errstate(all="ignore"):
-            shift = self.shift_weights(rows) @ e.T  # (T, S)
-            believed = median(self.Q[marked])[:, None] + self.shift_weights(marked) @ e.T  # (P, S)
-            bests = np.fmin(self.best, np.fmin.reduce(believed, axis=0))  # a NaN believed point is none
-            Qt = Qn[rows]
-            sc = np.stack([np.asarray(score_fn(Qt + shift[:, s, None], float(bests[s]), rows=rows), dtype=float)
-                           for s in range(e.shape[0])], axis=1)  # (T, S)
-            if acquisition in LOG_UTILITY:  # -log mean exp(-score): the log of the mean utility
-                sc[np.isnan(sc)] = np.inf  # an undefined sample improves on nothing
-                out = np.log(e.shape[0]) - logsumexp(-sc, axis=1)
-            else:  # the mean of -utility
-                sc[np.isnan(sc)] = 0.0  # an undefined sample: no improvement
-                out = sc.mean(axis=1)
-        return np.where(np.isnan(out), np.inf, out)  # +inf and -inf samples of one row
-
-    def _fantasised(self, sc: np.ndarray, Qn: np.ndarray, score_fn: Any, acquisition: str,
-                    alive: np.ndarray | None) -> np.ndarray:
-        n = sc.shape[0]
-        if alive is None:
-            alive = np.ones(n, dtype=bool)
-            alive[self.rows] = False
-        idx = np.flatnonzero(np.asarray(alive, dtype=bool))
-        if idx.size == 0:
-            return np.where(np.isnan(sc), np.inf, sc)
-        key = np.where(np.isnan(sc[idx]), np.inf, sc[idx])
-        top = idx[np.argsort(key, kind="stable")[:self.top]]
-        e = self.rng.standard_normal((self.samples, self.believer.W.shape[1]))  # common to every row
-        mc = self.fantasy_scores(Qn, top, score_fn, acquisition, e)
-        out = np.empty(n)
-        rest = np.ones(n, dtype=bool)
-        rest[top] = False
-        finite = mc[np.isfinite(mc)]
-        if rest.any():
-            behind = np.where(np.isnan(sc[rest]), np.inf, sc[rest])
-            ok = np.isfinite(behind)
-            floor = behind[ok].min() if ok.any() else 0.0
-            with np.errstate(invalid="ignore"):
-                gap = np.maximum(behind - floor, 0.0)  # -inf (not alive) sorts first behind the top
-            hi = finite.max() if finite.size else np.inf
-            out[rest] = hi + (1.0 + 1e-9 * abs(hi)) + gap  # a step past the worst top row, however large
-        out[top] = mc
-        return np.where(np.isnan(out), np.inf, out)

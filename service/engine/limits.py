@@ -32,7 +32,6 @@ SETTING_RANGES: dict[str, tuple[float, float]] = {
     "top_k": (1, 100),
     "cv_folds": (2, 10),
     "dtaci_window": (1, 1000),
-    "crowd_samples": (0, 1024),
     "mutation_fraction": (0.0, 1.0),
     "cal_fraction": (0.0, 1.0),  # exclusive at both ends
     "aci_gamma": (0.0, 1.0),  # exclusive at both ends
@@ -40,7 +39,7 @@ SETTING_RANGES: dict[str, tuple[float, float]] = {
 }
 OPEN_RANGES = {"cal_fraction": (True, True), "aci_gamma": (True, True)}
 INT_SETTINGS = ("n_levels", "n_warmup", "conformalize_from", "split_from", "n_candidates", "top_k",
-                "cv_folds", "dtaci_window", "n_bootstraps", "crowd_samples")
+                "cv_folds", "dtaci_window", "n_bootstraps")
 
 # Options each surrogate takes in ``surrogate_options``: (kind, lowest, highest).
 SURROGATE_OPTIONS: dict[str, dict[str, tuple[str, float, float]]] = {

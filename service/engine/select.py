@@ -189,8 +189,7 @@ def select(
     Qa = snapshot.raw if raw_search else Q  # as Bounds.at gives a raw fit's
     dirs = snapshot.meta.get("directions")
     narrowed = narrows(config, several=bool(dirs))
-    view = crowd.Crowd(snapshot, space, scored(Qa, snapshot.signal if narrowed else None),
-                       samples=config.crowd_samples, rng=np.random.default_rng([seed, asked, 23]))
+    view = crowd.Crowd(snapshot, space, scored(Qa, snapshot.signal if narrowed else None))
     if pending:
         view.add(view.rows_of(pend_unit, pend_keys, index))
 
@@ -216,8 +215,7 @@ def select(
                         snapshot.levels, np.random.default_rng([seed, asked, 17]))
         acquisition = "logei"  # -log of an expected improvement: how crowd penalties and feasibility combine
 
-    def score(Qv: np.ndarray, best: float, rows: np.ndarray | None = None) -> np.ndarray:
-        """The acquisition of the quantiles ``Qv`` (of the candidate ``rows``, all when None)."""
+    def score(Qv: np.ndarray, best: float) -> np.ndarray:
         if mo is None:
             sc = acq.score(config.acquisition, Qv, snapshot.levels, best=best, rng=rng)
         else:  # the believer narrows each objective with its own kernel (view.shrinks)
@@ -225,9 +223,7 @@ def select(
             shrinks = view.shrinks() if believer else [None] * len(Qs)
             sc = mo([Qj if f is None else crowd.narrow(Qj, f) for Qj, f in zip(Qs, shrinks, strict=True)],
                     believed=crowd.believed_points(Qs, view.rows) if believer else None)
-        if log_pf is None:
-            return sc
-        return with_feasibility(sc, log_pf if rows is None else log_pf[rows], acquisition, any_feasible)
+        return sc if log_pf is None else with_feasibility(sc, log_pf, acquisition, any_feasible)
 
     rows: list[int] = []
     preds: list[Prediction] = []
@@ -236,7 +232,7 @@ def select(
             break
         if mo is not None and mo.kind == "parego":  # ParEGO: a fresh scalarisation for every choice
             mo.weights = multi.simplex_weights(mo.m, rng)
-        sc = view.scores(score, acquisition, alive=alive)
+        sc = view.scores(score, acquisition)
         idx = np.flatnonzero(alive)
         row = int(idx[np.argmin(sc[idx])])
         rows.append(row)
