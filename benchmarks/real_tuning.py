@@ -29,6 +29,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy / torch: one core per run
 
 import argparse  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -180,6 +181,9 @@ def plot(summary: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--only", help="with --merge: summarise these methods only (comma list)")
+    ap.add_argument("--rename-first", metavar="OLD=NEW",
+                    help="with --merge: the first file's method OLD is NEW (a stored default beside a new one)")
     ap.add_argument("--in-flight", default="1,8", help="comma list of K (trials in flight)")
     runner.add_run_arguments(ap, report.RESULTS / "real_tuning.json", "real", seeds=5)
     args = ap.parse_args(argv)
@@ -194,10 +198,20 @@ def main(argv: list[str] | None = None) -> None:
     # seed by seed and task by task (a run cut off leaves whole task x seed cells), the slowest
     # methods first within a cell
     jobs.sort(key=lambda j: (j[4], j[1] not in slow, j[1], j[0] not in slow, j))
+    if args.merge and args.rename_first:
+        old, _, new = args.rename_first.partition("=")
+        first = report.read_json(args.merge[0])
+        first["runs"] = [dict(r, method=new) if r["method"] == old else r for r in first["runs"]]
+        renamed = Path(tempfile.mkdtemp()) / Path(args.merge[0]).name
+        renamed.write_text(report.dumps(first))
+        args.merge = [str(renamed), *args.merge[1:]]
     runs, meta = runner.collect(args, jobs, runner.run_crowd, runner.crowd_key, runner.crowd_job_key,
                                 "real tuning runs", {"methods": methods, "tasks": tasks, "in_flight": ks,
                                                      "seeds": args.seeds, "seed_offset": args.seed_offset,
                                                      "trials": args.trials, "durations": "lognormal(0, 1)"})
+    if args.merge and args.only:
+        keep = set(parse_methods(args.only))
+        runs = [r for r in runs if r["method"] in keep]
     summary = summarize(runs, meta["trials"])
     print_tables(summary)
     meta["wall_seconds"] = time.time() - t0

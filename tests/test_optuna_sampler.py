@@ -72,7 +72,10 @@ def test_finds_branin_and_steps_grids() -> None:
     study = optuna.create_study(sampler=CaliboSampler(seed=0))
     study.optimize(branin, n_trials=40)
     assert study.best_value < 0.45  # the minimum is 0.3979; random search at 40 trials ends near 1.5
-    assert len(predicted(study)) == 40 - 15  # every trial after the warm-up chosen by the surrogate
+    # the surrogate chooses from 5 results on while it ranks them better than chance, and every
+    # trial from the 15th result (the warm-up's cap) on
+    numbers = {t.number for t in predicted(study)}
+    assert min(numbers) >= 5 and set(range(15, 40)) <= numbers
     grid = optuna.create_study(sampler=CaliboSampler(seed=0, n_startup_trials=6))
     grid.optimize(mixed, n_trials=25)
     for t in grid.trials:
@@ -80,7 +83,12 @@ def test_finds_branin_and_steps_grids() -> None:
         assert t.params["m"] % 4 == 0 and type(t.params["k"]) is int
     configs = [tuple(sorted(t.params.items(), key=lambda kv: kv[0])) for t in grid.trials]
     assert len(set(map(repr, configs))) == len(configs)  # no configuration suggested twice
-    assert grid.best_value < 2.0
+    bests = [grid.best_value]
+    for seed in (1, 2):  # random search's median best at 25 trials is about 2 (seeds 0-5: 0.46 to 2.34)
+        other = optuna.create_study(sampler=CaliboSampler(seed=seed, n_startup_trials=6))
+        other.optimize(mixed, n_trials=25)
+        bests.append(other.best_value)
+    assert float(np.median(bests)) < 1.0, bests
 
 
 def test_calibration_state_replays_what_was_told() -> None:
@@ -166,7 +174,7 @@ def test_multi_objective_studies_model_each_objective() -> None:
 
     ours = optuna.create_study(directions=["minimize", "minimize"], sampler=CaliboSampler(seed=0, n_startup_trials=8))
     ours.optimize(two, n_trials=30)
-    sobol = optuna.create_study(directions=["minimize", "minimize"], sampler=CaliboSampler(seed=0, n_startup_trials=1000))
+    sobol = optuna.create_study(directions=["minimize", "minimize"], sampler=CaliboSampler(seed=0, n_startup_trials=1000, settings={"conformalize_from": 1000}))
     sobol.optimize(two, n_trials=30)
     assert hv(ours) > hv(sobol)
     pred = _get(ours.trials[-1], "prediction")["prediction"]["data"]

@@ -41,9 +41,9 @@ def assert_same_predictions(x: list, y: list) -> None:
                 assert np.array_equal(a[k], b[k]) if k == "points" else a[k] == b[k], k
 
 
-@pytest.mark.parametrize("n", [20, 40, 60])  # raw, CV+, split
+@pytest.mark.parametrize("n", [20, 40, 60])  # raw (a study that conformalizes from 32), CV+, split
 def test_bytes_round_trip_selects_identically(n: int) -> None:
-    cfg = EngineConfig(surrogate="qgp", n_candidates=200)
+    cfg = EngineConfig(surrogate="qgp", n_candidates=200, conformalize_from=32)
     snap = fit(observations(n), SPACE, cfg, seed=1)
     back = Snapshot.from_bytes(snap.to_bytes())
     assert back.method == snap.method == {20: "raw", 40: "cv+", 60: "split"}[n]

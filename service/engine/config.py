@@ -140,7 +140,8 @@ class EngineConfig:
         observations (``WARMUP_LEAST``, 5) once it ranks results it did not see better than chance
         (``rank_p``, the fit's one-sided p-value of the out-of-fold Spearman correlation, below
         ``WARMUP_SIGNIFICANCE``: ``ConformalFit.rank_p``; at 5 observations that takes a near-perfect
-        order, at 10 a correlation of about 0.56), and in any case once ``n_warmup`` trials have
+        order, at 10 a correlation of about 0.56; a later fit that no longer passes hands back to the
+        quasi-random sequence), and in any case once ``n_warmup`` trials have
         finished (at least 4, the fewest a fit takes). Without it (a fit with no fold models:
         ``conformalize_from`` above the fit's size, or a split, JaB+ or raw study) the model waits
         for ``n_warmup``. Running trials do not count: a crowd
