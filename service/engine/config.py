@@ -138,7 +138,8 @@ class EngineConfig:
 
         The warm-up's length follows the data: the model takes over from ``warmup_least``
         observations (``WARMUP_LEAST``, 5) once it ranks results it did not see better than chance
-        (``rank_p``, the fit's one-sided p-value of the out-of-fold Spearman correlation, below
+        (``rank_p``, the fit's one-sided p-value of the out-of-fold Spearman correlation, the largest
+        over the objectives, below
         ``WARMUP_SIGNIFICANCE``: ``ConformalFit.rank_p``; at 5 observations that takes a near-perfect
         order, at 10 a correlation of about 0.56; a later fit that no longer passes hands back to the
         quasi-random sequence), and in any case once ``n_warmup`` trials have

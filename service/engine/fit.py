@@ -123,6 +123,13 @@ def _improvable(best: float, raw: np.ndarray, feasible: np.ndarray, warp) -> flo
     return min(best, target) if np.isfinite(target) else best
 
 
+def _rank_p(outcomes: Sequence[_Outcome]) -> float | None:
+    """The warm-up's rank test over every objective: the largest one-sided p-value (each model must
+    rank its own held-out results), None without fold models."""
+    ps = [o.cf.rank_p(o.y) for o in outcomes]
+    return None if any(p is None for p in ps) else max(ps)
+
+
 def _fit(observations, space, config, direction, seed, candidates, device, pending=(), constraints=None,
          directions=None) -> Snapshot:
     t0 = time.perf_counter()
@@ -212,7 +219,7 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
              for j, o in enumerate(objs, start=1)]
     heads += [Head(kind="constraint", threshold=t, warp=None if o.warp.identity else o.warp.to_dict(),
                    **outputs(o.cf, objective=False)) for o, t in zip(cons, thresholds, strict=True)]
-    meta = {"device": cf.model.ran_on, "rank_p": cf.rank_p(y),
+    meta = {"device": cf.model.ran_on, "rank_p": _rank_p([main] + objs),
             "crowd": crowd.fit_info(cf.model, cand, raw, [o.cf.model for o in objs])}
     if not warp.identity:
         meta["warp"] = warp.to_dict()
