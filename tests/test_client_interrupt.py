@@ -50,6 +50,15 @@ class Intercept:
         return response
 
 
+@pytest.fixture(autouse=True)
+def python_sigint() -> Any:
+    """Ctrl-C raises KeyboardInterrupt here whatever the test process inherited: a process started
+    in the background by a non-interactive shell begins with SIGINT ignored."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
