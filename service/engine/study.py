@@ -78,9 +78,6 @@ class StudySpec:
     def initial_state(self) -> StudyState:
         return StudyState.initial(self.config, self.seed, len(self.directions), len(self.constraints))
 
-    def fits(self, n_observed: int) -> bool:
-        return self.config.fits(n_observed)
-
     def fit(self, observations: Sequence[tuple[dict[str, Any], Any]], pending: Sequence[dict[str, Any]] = (),
             constraints: Sequence[Sequence[float]] | None = None, device: str | None = None) -> Snapshot:
         """``engine.fit`` of this study on ``observations`` (and the running ``pending``)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from calibo.engine import EngineConfig, SearchSpace, multi
@@ -18,13 +18,13 @@ from ..errors import InvalidRequest
 SERVICE_SETTINGS = {"ask_wait_seconds": (0.0, 600.0), "heartbeat_timeout_seconds": (1.0, 7 * 86400.0)}
 
 
-@dataclass(frozen=True)
-class StudyDef:
-    """A study's immutable definition, parsed once and cached: what the engine reads of it (its
-    ``StudySpec``: space, settings, directions, seed, constraint names) and the service's own parts."""
+@dataclass(frozen=True, kw_only=True)
+class StudyDef(StudySpec):
+    """A study's immutable definition, parsed once and cached: what the engine reads of it (the
+    ``StudySpec`` it is: space, settings, directions, seed, constraint names) and the service's own
+    parts."""
 
     id: int
-    spec: StudySpec
     ask_wait_seconds: float | None
     heartbeat_timeout_seconds: float | None
     pruner: PrunerConfig = PrunerConfig()
@@ -33,38 +33,11 @@ class StudyDef:
     def parse(cls, study_id: int, definition: dict[str, Any]) -> StudyDef:
         """A stored definition (``build_definition``'s form)."""
         service = definition.get("service", {})
-        return cls(study_id, StudySpec.from_definition(definition), service.get("ask_wait_seconds"),
-                   service.get("heartbeat_timeout_seconds"), PrunerConfig.from_dict(definition.get("pruner")))
-
-    @property
-    def space(self) -> SearchSpace:
-        return self.spec.space
-
-    @property
-    def config(self) -> EngineConfig:
-        return self.spec.config
-
-    @property
-    def seed(self) -> int:
-        return self.spec.seed
-
-    @property
-    def direction(self) -> str:
-        return self.spec.direction
-
-    @property
-    def directions(self) -> tuple[str, ...]:
-        """One per objective (one for a single-objective study)."""
-        return self.spec.directions
-
-    @property
-    def constraints(self) -> tuple[str, ...]:
-        """Outcome constraint names: a trial is feasible when each value <= 0."""
-        return self.spec.constraints
-
-    @property
-    def multi(self) -> bool:
-        return self.spec.multi
+        spec = StudySpec.from_definition(definition)
+        return cls(**{f.name: getattr(spec, f.name) for f in fields(StudySpec)}, id=study_id,
+                   ask_wait_seconds=service.get("ask_wait_seconds"),
+                   heartbeat_timeout_seconds=service.get("heartbeat_timeout_seconds"),
+                   pruner=PrunerConfig.from_dict(definition.get("pruner")))
 
     def better(self, value: float | None, best: float | None) -> bool:
         """Whether ``value`` beats the study's best so far (None: there is none). A multi-objective

@@ -105,7 +105,7 @@ def fit_study(study_id: int, storage: Storage | None = None, save: bool = True) 
         return {"study_id": study_id, "status": "deleted"}
     spec = StudySpec.from_definition(inputs.definition)
     n = len(inputs.observations)
-    if not spec.fits(n) or n <= inputs.snapshot_n_obs:
+    if not spec.config.fits(n) or n <= inputs.snapshot_n_obs:
         return {"study_id": study_id, "status": "current", "n_obs": inputs.snapshot_n_obs}
     snap = spec.fit(inputs.observations, pending=inputs.running, constraints=inputs.constraints, device=_device)
     result = {"study_id": study_id, "status": "fitted", **FitResult.of(snap).to_dict()}
