@@ -77,14 +77,14 @@ def _outcome(bounds, method: str, levels: np.ndarray, row: int, Q: np.ndarray, a
 
 
 def _prediction(snap: Snapshot, row: int, Q: np.ndarray, alphas: np.ndarray, sign: float,
-                acquisition: str, score: float, heads: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]] = (),
+                acquisition: str, score: float, heads: Sequence[tuple[np.ndarray, np.ndarray]] = (),
                 log_pf: np.ndarray | None = None) -> Prediction:
     """The prediction a suggestion is chosen on: the objective's (with several objectives, one per
     objective), and each constraint's (``heads``: the calibrated quantiles and alphas of every
     snapshot head)."""
     def of(kind: str) -> list[OutcomePrediction]:
         return [_outcome(h.bounds(snap.method), snap.method, snap.levels, row, Qh, ah, h.sign, Warp.from_dict(h.warp))
-                for h, (Qh, ah, _) in zip(snap.heads, heads, strict=True) if h.kind == kind]
+                for h, (Qh, ah) in zip(snap.heads, heads, strict=True) if h.kind == kind]
 
     outcomes = [_outcome(snap.bounds, snap.method, snap.levels, row, Q, alphas, sign,
                          Warp.from_dict(snap.meta.get("warp")))]
@@ -151,7 +151,8 @@ def select(
     select rng's key). ``exclude_keys``: like ``exclude``, as ``space.keys``
     of the configurations (what the service stores with each trial). Before
     the warm-up (``EngineConfig.warmed_up``: from 5 observations once the snapshot's model ranks
-    held-out results better than chance, else after ``n_warmup``), or without a snapshot, points come from the study's scrambled Sobol sequence. With snapshot
+    held-out results better than chance, else after ``n_warmup``), or without a snapshot, points
+    come from the study's scrambled Sobol sequence. With snapshot
     heads (further objectives, constraints) the acquisition is the multi-objective one, weighed by
     the calibrated probability of feasibility.
     """
@@ -183,13 +184,17 @@ def select(
         alive &= np.array([k not in busy_keys for k in keys])
     alphas = np.array([s.alpha for s in state.states], dtype=float)
     Q = snapshot.bounds.at(alphas)  # what each suggestion's prediction reports, and adapt scores
-    # what the acquisition scores: the calibrated quantiles from ``SEARCH_CONFORMALIZED_FROM``
-    # observations on (the quantile HPO paper's schedule), the surrogate's own before
     raw_search = snapshot.n_obs < SEARCH_CONFORMALIZED_FROM
-    Qa = snapshot.raw if raw_search else Q  # as Bounds.at gives a raw fit's
+
+    def searched(calibrated: np.ndarray, raw: np.ndarray) -> np.ndarray:
+        """What the acquisition scores of an outcome: its calibrated quantiles from
+        ``SEARCH_CONFORMALIZED_FROM`` observations on (the quantile HPO paper's schedule), its
+        surrogate's own before (as ``Bounds.at`` gives a raw fit's)."""
+        return raw if raw_search else calibrated
+
     dirs = snapshot.meta.get("directions")
     narrowed = narrows(config, several=bool(dirs))
-    view = crowd.Crowd(snapshot, space, scored(Qa, snapshot.signal if narrowed else None))
+    view = crowd.Crowd(snapshot, space, scored(searched(Q, snapshot.raw), snapshot.signal if narrowed else None))
     if pending:
         view.add(view.rows_of(pend_unit, pend_keys, index))
 
@@ -201,15 +206,15 @@ def select(
                              f"the study state has {len(head_states)}")
         for h, hs in zip(snapshot.heads, head_states, strict=True):
             ah = np.array([st.alpha for st in hs], dtype=float)
-            Qh = h.bounds(snapshot.method).at(ah)
-            heads.append((Qh, ah, h.raw if raw_search else Qh))
-        log_pf = sum(acq.log_prob_below(Qs, snapshot.levels, h.threshold)
-                     for h, (_, _, Qs) in zip(snapshot.heads, heads, strict=True) if h.kind == "constraint")
+            heads.append((h.bounds(snapshot.method).at(ah), ah))
+        log_pf = sum(acq.log_prob_below(searched(Qh, h.raw), snapshot.levels, h.threshold)
+                     for h, (Qh, _) in zip(snapshot.heads, heads, strict=True) if h.kind == "constraint")
     any_feasible = snapshot.meta.get("n_feasible", 1) > 0
     acquisition, mo = config.acquisition, None
     if dirs:  # several objectives: the first is the snapshot's own outcome, the others its objective heads
         objective = [i for i, h in enumerate(snapshot.heads) if h.kind == "objective"]
-        Qs = [view.Q] + [scored(heads[i][2], snapshot.heads[i].signal) for i in objective]
+        Qs = [view.Q] + [scored(searched(heads[i][0], snapshot.heads[i].raw), snapshot.heads[i].signal)
+                         for i in objective]
         warps = [Warp.from_dict(snapshot.meta.get("warp"))] + [Warp.from_dict(snapshot.heads[i].warp) for i in objective]
         mo = MultiScore(config, [sign_of(d) for d in dirs], snapshot.observed_y, snapshot.observed_ok, warps,
                         snapshot.levels, np.random.default_rng([seed, asked, 17]))

@@ -53,9 +53,11 @@ def _outer_width(q: np.ndarray) -> np.ndarray:
     return q[:, -1] - q[:, 0]
 
 
-def model_scores(model: BaseSurrogate, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``scores`` of a fitted model at ``(X, y)``, normalised when the model is scaled."""
-    return scores(model.predict_quantiles(X), y, model.predict_scale(X) if model.scaled else None)
+def model_scores(model: BaseSurrogate, X: np.ndarray, y: np.ndarray, q: np.ndarray | None = None) -> np.ndarray:
+    """``scores`` of a fitted model at ``(X, y)``, normalised when the model is scaled (``q``: its
+    quantiles at ``X``, when the caller has them already)."""
+    q = model.predict_quantiles(X) if q is None else q
+    return scores(q, y, model.predict_scale(X) if model.scaled else None)
 
 
 class Average:
@@ -179,7 +181,7 @@ def conformalize(
             fold_models.append(m)
             fold_of[te] = f
             q = m.predict_quantiles(X[te])
-            sc[te] = scores(q, y[te], m.predict_scale(X[te]) if m.scaled else None)
+            sc[te] = model_scores(m, X[te], y[te], q)
             med[te] = median(q)
         if method == "crossval":
             return ConformalFit("crossval", Average(fold_models), sc, cal_index=np.arange(n), oof=med)
