@@ -142,28 +142,33 @@ class StudyQueries:
             s.execute(delete(TrialRow).where(TrialRow.study_id == study_id))
             s.execute(delete(StudyRow).where(StudyRow.id == study_id))
 
-    def pace(self, study_id: int, last: int = 20) -> tuple[float | None, float | None]:
-        """``(trial seconds, fit seconds)``: the median run time (ask to finish) of the study's
-        ``last`` trials completed by an ask, and the newest snapshot's fit time; None for either
-        that the study does not have yet."""
-        with self._read() as s:
-            rows = s.execute(select(TrialRow.asked_at, TrialRow.finished_at)
-                             .where(TrialRow.study_id == study_id, TrialRow.state == "complete",
-                                    TrialRow.origin.is_(None), TrialRow.finish_seq.is_not(None))
-                             .order_by(TrialRow.finish_seq.desc()).limit(last)).all()
-            fit = s.scalar(select(SnapshotRow.fit_seconds).where(SnapshotRow.study_id == study_id)
-                           .order_by(SnapshotRow.version.desc()).limit(1))
-        spans = sorted((as_utc(b) - as_utc(a)).total_seconds() for a, b in rows if a is not None and b is not None)
-        trial = spans[len(spans) // 2] if spans else None
-        return trial, None if fit is None else float(fit)
-
-    def progress(self, study_id: int) -> tuple[int, int, int]:
-        """``(completed trials, observations in the newest snapshot, running trials)``."""
+    def progress(self, study_id: int, pace: bool = False) -> tuple:
+        """``(completed trials, observations in the newest snapshot, running trials)``; with
+        ``pace``, also ``(trial seconds, fit seconds)`` in the same read (``_pace``), read only
+        while trials run and the snapshot lags the completed ones (None otherwise)."""
         with self._read() as s:
             row = s.execute(select(StudyRow.n_complete, StudyRow.snapshot_n_obs)
                             .where(StudyRow.id == study_id)).first()
             if row is None:
                 raise NotFound(f"study {study_id} not found", field="study")
-            running = s.scalar(select(func.count()).select_from(TrialRow)
-                               .where(TrialRow.study_id == study_id, TrialRow.state == "running"))
-            return row[0], row[1], int(running or 0)
+            running = int(s.scalar(select(func.count()).select_from(TrialRow)
+                                   .where(TrialRow.study_id == study_id, TrialRow.state == "running")) or 0)
+            if not pace:
+                return row[0], row[1], running
+            paced = _pace(s, study_id) if running and row[1] < row[0] else (None, None)
+            return row[0], row[1], running, *paced
+
+
+def _pace(s: Session, study_id: int, last: int = 20) -> tuple[float | None, float | None]:
+    """``(trial seconds, fit seconds)``: the median run time (ask to finish) of the study's ``last``
+    trials completed by an ask, and the newest snapshot's fit time; None for either that the study
+    does not have yet."""
+    rows = s.execute(select(TrialRow.asked_at, TrialRow.finished_at)
+                     .where(TrialRow.study_id == study_id, TrialRow.state == "complete",
+                            TrialRow.origin.is_(None), TrialRow.finish_seq.is_not(None))
+                     .order_by(TrialRow.finish_seq.desc()).limit(last)).all()
+    fit = s.scalar(select(SnapshotRow.fit_seconds).where(SnapshotRow.study_id == study_id)
+                   .order_by(SnapshotRow.version.desc()).limit(1))
+    spans = sorted((as_utc(b) - as_utc(a)).total_seconds() for a, b in rows if a is not None and b is not None)
+    trial = spans[len(spans) // 2] if spans else None
+    return trial, None if fit is None else float(fit)

@@ -191,11 +191,11 @@ class StudyService(AskSteps, TellSteps, AddedTrials):
         wait = self.settings.ask_wait_seconds if sd.ask_wait_seconds is None else sd.ask_wait_seconds
         if wait <= 0 or self.fits is None or self._inflight[sd.id] > 1:
             return
-        n_complete, fitted_on, running = self.storage.progress(sd.id)
+        n_complete, fitted_on, running, trial_s, fit_s = self.storage.progress(sd.id, pace=True)
         if not sd.config.fits(n_complete) or fitted_on >= n_complete:
             return
         if running:
-            wait = crowd_wait(*self.storage.pace(sd.id), wait)
+            wait = crowd_wait(trial_s, fit_s, wait)
             if wait <= 0:
                 return
         self.fits.request(sd.id)  # coalesces with a queued one; restarts one lost with a restart
