@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= server,optuna,test
+EXTRAS ?= server,optuna,test,ray,katib
 
 
 .PHONY: run demo test test-fast docs lint bench bench-search bench-service bench-load bench-crowd-live bench-cluster bench-calibration bench-surrogates bench-crowd bench-fit-time bench-device-paths bench-multifidelity clean venv

@@ -1,5 +1,5 @@
 """Print docker/constraints.txt: the exact versions, from a venv where `make venv` installed calibo,
-of every package `calibo[server]` pulls in (test/bench-only packages out; torch out, the Dockerfile
+of every package `calibo[server,katib]` pulls in (the image also serves `calibo katib`) (test/bench-only packages out; torch out, the Dockerfile
 pins it on its own index).
 
     .venv/bin/python docker/constraints.py > docker/constraints.txt
@@ -40,7 +40,7 @@ def closure(root: str, extras: set[str]) -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    print("# Exact versions of what `calibo[server]` installs (torch excluded: the Dockerfile pins it).")
+    print("# Exact versions of what `calibo[server,katib]` installs (torch excluded: the Dockerfile pins it).")
     print("# Regenerate after `make venv`:  .venv/bin/python docker/constraints.py > docker/constraints.txt")
-    for _, pin in sorted(closure("calibo", {"server"}).items()):
+    for _, pin in sorted(closure("calibo", {"server", "katib"}).items()):
         print(pin)

@@ -140,6 +140,20 @@ def migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def katib(args: argparse.Namespace) -> int:
+    """Katib's suggestion service (gRPC) over a calibo server, until SIGTERM / Ctrl-C."""
+    import logging
+
+    try:
+        from calibo.katib import serve as serve_katib
+    except ImportError as e:
+        print(f"calibo katib: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve_katib(args.url, args.token, host=args.host, port=args.port)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="calibo", description="calibo: ask/tell HPO from calibrated surrogates")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -163,6 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("migrate", help="upgrade the database schema to head and exit")
     p.add_argument("--database-url", default=None, help="overrides CALIBO_DATABASE_URL")
     p.set_defaults(func=migrate)
+
+    p = sub.add_parser("katib", help="serve Katib's suggestion API (gRPC) over a calibo server (the katib extra)")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=6789, help="Katib dials its suggestion services on 6789")
+    p.add_argument("--url", default=None, help="the calibo server (default $CALIBO_URL, then http://127.0.0.1:8000)")
+    p.add_argument("--token", default=None, help="its API token (default $CALIBO_TOKEN)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=katib)
 
     p = sub.add_parser("demo", help="run the in-process optimizer on Branin")
     p.add_argument("--trials", type=int, default=60)
