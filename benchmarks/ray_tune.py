@@ -7,7 +7,7 @@ once (each trial takes ``cpus / in-flight`` of a CPU, so all of them run togethe
 
 * ``calibo``: :class:`calibo.ray.CaliboSearch` on a ``calibo serve`` the harness starts (SQLite in
   a temporary directory, one fit process), one study per run with the run's seed, the default
-  engine settings and the searcher's default batch (half the trials in flight asked ahead);
+  engine settings and the searcher's default batch (2 trials asked ahead; ``--calibo-batch`` another);
 * ``optuna_tpe`` / ``optuna_gp``: Tune's ``OptunaSearch(sampler=TPESampler(seed))`` /
   ``GPSampler(seed)``, the sampler running in Tune's driver;
 * ``random``: Tune's default ``BasicVariantGenerator(random_state=seed)``.
@@ -320,7 +320,7 @@ def summarize(runs: list[dict[str, Any]], trials: int) -> dict[str, Any]:
         "driver_ms_per_trial": {m: per_trial_ms(m, "driver_s") for m in methods},
         "save_ms_per_trial": {m: per_trial_ms(m, "save_s") for m in methods},
         "wall_s_per_run": {m: float(np.mean([r["wall_s"] for r in per_run[m]])) for m in methods},
-        "errored": {m: int(sum(v is None for r in per_run[m] for v in r["values"])) for m in methods},
+        "errored": {m: int(sum(v is None for r in per_run[m] for v in r.get("values", ()))) for m in methods},
         "sign_tests": {f"calibo vs {p}": report.sign_test(curves, "calibo", p, full, trials)
                        for p in PEERS if "calibo" in methods and p in methods},
     }
@@ -393,11 +393,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trials", type=int, default=60)
     ap.add_argument("--in-flight", type=int, default=8)
     ap.add_argument("--calibo-batch", type=int, default=None,
-                    help="CaliboSearch's batch (trials asked ahead); default: the searcher's (half the in-flight)")
+                    help="CaliboSearch's batch (trials asked ahead); default: the searcher's (2)")
     ap.add_argument("--cpus", type=float, default=float(os.cpu_count() or 2), help="CPUs Ray gives the trials")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 task, 1 seed, 16 trials")
     ap.add_argument("--out", default=str(report.RESULTS / "ray_tune.json"))
-    ap.add_argument("--resume", action="store_true", help="skip the runs <out>.partial.json holds")
+    ap.add_argument("--resume", action="store_true",
+                    help="skip the runs <out>.partial.json holds (or <out> itself, when no partial file is left)")
+    ap.add_argument("--peers-from", default=None,
+                    help="rank against the other methods' runs in this earlier result file (same tasks, seeds "
+                         "and trials) instead of running them: e.g. a calibo setting against ray_tune.json's peers")
     args = ap.parse_args(argv)
     if args.quick:
         args.tasks, args.seeds, args.trials = args.tasks.split(",")[0], 1, 16
@@ -407,7 +411,9 @@ def main(argv: list[str] | None = None) -> None:
     tasks = select(args.tasks)
     seeds = range(args.seed_offset, args.seed_offset + args.seeds)
     out, partial = Path(args.out), Path(args.out).with_suffix(".partial.json")
-    runs: list[dict[str, Any]] = report.read_json(partial)["runs"] if args.resume and partial.exists() else []
+    earlier = partial if partial.exists() else out
+    runs: list[dict[str, Any]] = report.read_json(earlier)["runs"] if args.resume and earlier.exists() else []
+    runs = [r for r in runs if r["method"] in methods]
     done = {(r["method"], r["task"], r["seed"]) for r in runs}
     jobs = [(m, t, s) for s in seeds for t in tasks for m in methods if (m, t, s) not in done]
     meta = {"methods": methods, "tasks": tasks, "seeds": list(seeds), "trials": args.trials,
@@ -442,6 +448,11 @@ def main(argv: list[str] | None = None) -> None:
             partial.parent.mkdir(parents=True, exist_ok=True)
             partial.write_text(report.dumps({"meta": meta, "runs": runs}))
     meta["wall_seconds"] = time.time() - t_start
+    if args.peers_from:  # the other methods' runs on the same cells, from the earlier file
+        cells = {(t, s) for t in tasks for s in seeds}
+        runs += [r for r in report.read_json(args.peers_from)["runs"]
+                 if r["method"] not in methods and (r["task"], r["seed"]) in cells]
+        meta["peers_from"] = Path(args.peers_from).name
     summary = summarize(runs, args.trials) | {"in_flight": args.in_flight}
     print_tables(summary)
     out = report.write_json(out, {"meta": meta, "summary": summary, "runs": runs}, lambda r: ["minimize"])
