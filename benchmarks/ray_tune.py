@@ -93,22 +93,27 @@ def trainable(config: dict[str, Any], task: str) -> None:
     tune.report({METRIC: value})
 
 
+class _Clock:
+    """Adds up the seconds (and the count) of the calls made through ``_time``."""
+
+    seconds = 0.0
+    calls = 0
+
+    def _time(self, fn: Any, *a: Any, **kw: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            self.seconds += time.perf_counter() - t0
+            self.calls += 1
+
+
 def _timed(cls: type) -> type:
     """``cls`` (a Searcher or a search algorithm) whose driver-side calls add up their seconds."""
     suggest = "suggest" if hasattr(cls, "suggest") else "next_trial"
 
-    class Timed(cls):  # type: ignore[valid-type, misc]
-        seconds = 0.0
+    class Timed(_Clock, cls):  # type: ignore[valid-type, misc]
         save_seconds = 0.0
-        calls = 0
-
-        def _time(self, fn: Any, *a: Any, **kw: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return fn(*a, **kw)
-            finally:
-                self.seconds += time.perf_counter() - t0
-                self.calls += 1
 
         def set_search_properties(self, metric: Any, mode: Any, config: dict, **spec: Any) -> bool:
             return self._time(super().set_search_properties, metric, mode, config, **spec)
@@ -138,18 +143,11 @@ class TimedSearcher:
         if cls._cls is None:
             from ray.tune.search import Searcher
 
-            class Proxy(Searcher):
+            class Proxy(_Clock, Searcher):
                 def __init__(self, searcher: Any) -> None:
                     super().__init__(metric=searcher.metric, mode=searcher.mode)
                     self.searcher = searcher  # SearchGenerator's save walks .searcher to the base
                     self.seconds = 0.0
-
-                def _time(self, fn: Any, *a: Any, **kw: Any) -> Any:
-                    t0 = time.perf_counter()
-                    try:
-                        return fn(*a, **kw)
-                    finally:
-                        self.seconds += time.perf_counter() - t0
 
                 @property
                 def metric(self) -> str:
