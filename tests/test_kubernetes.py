@@ -491,3 +491,49 @@ def test_the_how_to_names_every_user_supplied_secret_and_key() -> None:
         for secret, keys in USER_SECRETS[which].items():
             assert f"generic {secret}" in page
             assert all(k in page for k in keys)
+
+
+def settings_problems(docs: list[Doc]) -> list[str]:
+    """Each ``CALIBO_*`` variable a calibo container sees (its env and its ConfigMaps) is a server setting
+    whose literal value the server accepts: the settings ignore unknown variables, so a misspelt name
+    would otherwise be dropped without a word."""
+    from pydantic import ValidationError
+
+    from calibo.server.config import Settings
+
+    known = {f"CALIBO_{f.upper()}" for f in Settings.model_fields}
+    out = []
+    for where, tpl in templates(docs).items():
+        for c in containers(tpl["spec"]):
+            if (c.get("command") or ["calibo"])[0] != "calibo":
+                continue
+            names = {e["name"] for e in c.get("env", [])}
+            for src in c.get("envFrom", []):
+                if "configMapRef" in src:
+                    names |= set(find(docs, "ConfigMap", src["configMapRef"]["name"]).get("data", {}))
+            values = {}
+            for var in sorted(n for n in names if n.startswith("CALIBO_")):
+                if var not in known:
+                    out.append(f"{where} {c['name']}: {var} is no setting")
+                elif (value := config_value(docs, c, var)) is not None:
+                    values[var[len("CALIBO_"):].lower()] = value
+            values.setdefault("database_url", "postgresql://calibo@postgres/calibo")  # from a Secret
+            try:
+                Settings(**values)
+            except ValidationError as e:
+                out.append(f"{where} {c['name']}: {e.errors()[0]['loc']} {e.errors()[0]['msg']}")
+    return out
+
+
+def test_every_calibo_variable_is_a_setting_the_server_accepts(overlay: tuple[str, list[Doc]]) -> None:
+    assert settings_problems(overlay[1]) == []
+
+
+def test_a_misspelt_or_invalid_setting_is_caught(renders: dict[str, list[Doc]]) -> None:
+    docs = copy.deepcopy(renders["standalone"])
+    config = next(d for d in docs if d["kind"] == "ConfigMap")
+    config["data"]["CALIBO_WORKER_CONCURENCY"] = "2"
+    assert any("CALIBO_WORKER_CONCURENCY is no setting" in p for p in settings_problems(docs))
+    del config["data"]["CALIBO_WORKER_CONCURENCY"]
+    config["data"]["CALIBO_WORKER_MODE"] = "quue"
+    assert any("worker_mode" in p for p in settings_problems(docs))
