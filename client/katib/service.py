@@ -77,11 +77,30 @@ def _status(error: CaliboError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+def _condition(trial: Any) -> str:
+    return m.enum_name("TrialStatus.TrialConditionType", trial.status.condition)
+
+
+def _ended(trial: Any) -> bool:
+    return _condition(trial) in ("SUCCEEDED", "EARLYSTOPPED", *_FAILED)
+
+
+def _by_assignments(study: StudyDefinition, running: dict[int, Any]) -> dict[tuple[tuple[str, str], ...], list[int]]:
+    """The running trials by their assignments as Katib writes them (to match a trial without the label)."""
+    out: dict[tuple[tuple[str, str], ...], list[int]] = {}
+    for trial_id, view in running.items():
+        try:
+            out.setdefault(tuple(study.assignment(view.get("params") or {})), []).append(trial_id)
+        except KeyError:
+            continue
+    return out
+
+
 def outcome(trial: Any, study: StudyDefinition) -> dict[str, Any] | None:
     """What to tell calibo of a Katib trial: None while it runs, else ``tell``'s keyword arguments."""
-    condition = m.enum_name("TrialStatus.TrialConditionType", trial.status.condition)
-    if condition not in ("SUCCEEDED", "EARLYSTOPPED", *_FAILED):
+    if not _ended(trial):
         return None
+    condition = _condition(trial)
     metrics: dict[str, str] = {}
     for metric in trial.status.observation.metrics:
         metrics.setdefault(metric.name, metric.value)
@@ -170,23 +189,20 @@ class SuggestionService:
         return study, handle.id
 
     def _tell_finished(self, study: StudyDefinition, study_id: int, trials: Any) -> None:
-        finished = [(t, o) for t in trials if (o := outcome(t, study)) is not None]
+        finished = [t for t in trials if _ended(t)]
         if not finished:
             return
         running = {int(t["id"]): t for t in self._call(
             lambda: list(self.client.iter_trials(study_id, state="running", page_size=500)))}
-        by_params: dict[tuple[tuple[str, str], ...], list[int]] = {}
-        for trial_id, view in running.items():
-            try:
-                pairs = tuple(study.assignment(view.get("params") or {}))
-            except KeyError:
-                continue
-            by_params.setdefault(pairs, []).append(trial_id)
-        for katib, tell in finished:
-            trial_id = self._trial_id(katib, running, by_params)
+        by_params: dict[tuple[tuple[str, str], ...], list[int]] | None = None  # built for unlabelled trials
+        for katib in finished:
+            if by_params is None and TRIAL_LABEL not in katib.spec.labels:
+                by_params = _by_assignments(study, running)
+            trial_id = self._trial_id(katib, running, by_params or {})
             if trial_id is None:
                 continue  # told already (by an earlier request, before a restart too), or not ours
             del running[trial_id]
+            tell = outcome(katib, study)
             self._call(self.client.tell, study_id, trial_id, tell.pop("value", None), **tell)
             log.info("told trial %s (%s) of study %s: %s", trial_id, katib.name, study.name,
                      tell.get("state", "complete"))
