@@ -284,6 +284,28 @@ def copy_study(study_id: StudyRef, name: str, user_attrs: dict[str, Any] | None 
                 safety=Safety.UNSENT_ONLY)
 
 
+def _user_attrs(response: httpx.Response) -> dict[str, Any]:
+    attrs = json_object(response).get("user_attrs")
+    if not isinstance(attrs, dict):
+        raise invalid_response(response, "an object under 'user_attrs'")
+    return attrs
+
+
+def change_study_attrs(study_id: StudyRef, put: dict[str, Any] | None = None,
+                       drop: Sequence[str] | None = None) -> Call[dict[str, Any]]:
+    """Set ``put`` and delete ``drop`` in a study's user attributes; answers them all after."""
+    body: dict[str, Any] = {}
+    for key in [*(put or {}), *(drop or ())]:
+        if not isinstance(key, str):
+            raise TypeError(f"a user attribute's key must be a str, got {key!r}")
+    if put:
+        body["set"] = dict(put)
+    if drop:
+        body["delete"] = list(drop)
+    # the same change again changes nothing: safe to retry
+    return Call("PATCH", f"{_study(study_id)}/user_attrs", _user_attrs, json=body, params=_study_query(study_id))
+
+
 def report_body(step: int, value: float) -> dict[str, Any]:
     if isinstance(step, bool):
         raise TypeError("step must be an int, not bool")

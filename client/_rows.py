@@ -7,10 +7,15 @@ Every row becomes the wire's added trial, ``{"params", "value" | "values" | "sta
   "value": 0.12}``) is read like a CSV row;
 * a CSV file has a header: one column per parameter (an empty cell: the parameter is inactive),
   ``value`` (a multi-objective study: ``values.0``, ``values.1``, ... one per objective),
-  optionally ``state`` (``complete`` or ``failed``), ``constraint.<name>`` per study
-  constraint and ``user_attrs.<key>`` per attribute. Cells are text: each parameter's is read by
-  the study's space (a float, an int, or the choice whose text it is);
+  optionally ``state`` (``complete``, ``failed`` or ``pruned``), ``constraint.<name>`` per study
+  constraint, ``user_attrs.<key>`` per attribute (a text cell: the attribute is that string) or
+  ``user_attrs_json.<key>`` (a JSON cell: a number, list, object...). Cells are text: each
+  parameter's is read by the study's space (a float, an int, or the choice whose text it is; when
+  several choices have that text, such as ``1`` and ``"1"``, the cell is read as JSON:
+  ``"1"`` is the string);
 * a ``.jsonl`` / ``.ndjson`` file has one JSON object per line, in either dict form.
+
+``Study.export`` writes these files (``calibo._export``).
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["read_rows"]
+__all__ = ["JSON_ATTRS", "choice_key", "cell", "read_rows"]
 
-RESERVED = ("value", "state")
+JSON_ATTRS = "user_attrs_json."  # the CSV column prefix of attributes written as JSON
+_MISSING = object()
 
 
 def read_rows(source: str | os.PathLike[str] | Iterable[dict[str, Any]], space: dict[str, Any],
@@ -56,10 +62,12 @@ def _row(item: dict[str, Any], space: dict[str, Any], constraints: list[str], te
     attrs: dict[str, Any] = {}
     objectives: dict[int, float] = {}
     for key, raw in item.items():
+        if key is None:  # csv.DictReader's key for the cells past the header's
+            raise ValueError(f"a row has more cells than the header has columns: {raw!r}")
         if raw is None or (text and raw == ""):
             continue  # an empty cell: an inactive parameter, or no value
         if key in space:
-            out["params"][key] = _cell(raw, space[key]) if text else raw
+            out["params"][key] = cell(raw, space[key]) if text else raw
         elif key == "value":
             out["value"] = float(raw)
         elif key == "state":
@@ -72,9 +80,14 @@ def _row(item: dict[str, Any], space: dict[str, Any], constraints: list[str], te
             cons[key.split(".", 1)[1]] = float(raw)
         elif key.startswith("user_attrs."):
             attrs[key.split(".", 1)[1]] = raw
+        elif key.startswith(JSON_ATTRS):
+            try:
+                attrs[key[len(JSON_ATTRS):]] = json.loads(raw) if isinstance(raw, str) else raw
+            except ValueError:
+                raise ValueError(f"column {key!r}: {raw!r} is not JSON") from None
         else:
             raise ValueError(f"column {key!r} is neither a parameter of the study nor value, values.<i>, "
-                             "state, constraint.<name> or user_attrs.<key>")
+                             "state, constraint.<name>, user_attrs.<key> or user_attrs_json.<key>")
     if objectives:
         if sorted(objectives) != list(range(len(objectives))):
             raise ValueError(f"objective columns must be values.0 to values.{len(objectives) - 1}")
@@ -90,16 +103,45 @@ def _row(item: dict[str, Any], space: dict[str, Any], constraints: list[str], te
     return out
 
 
-def _cell(raw: str, spec: dict[str, Any]) -> Any:
+def choice_key(v: Any) -> tuple[str, Any]:
+    """A choice's identity, as the server tells choices apart: True and 1 apart, 1 and 1.0 together."""
+    if isinstance(v, bool) or v is None:
+        return ("const", v)
+    if isinstance(v, int | float):
+        return ("num", float(v))
+    return (type(v).__name__, v)
+
+
+def _text(choice: Any) -> str:
+    return json.dumps(choice) if choice is None or isinstance(choice, bool) else str(choice)
+
+
+def cell(raw: str, spec: dict[str, Any]) -> Any:
+    """The parameter value a CSV cell ``raw`` holds, read by the parameter's ``spec``."""
     kind = spec.get("type")
     if kind == "float":
         return float(raw)
     if kind == "int":
-        return int(float(raw)) if float(raw).is_integer() else float(raw)  # the server refuses 2.5
-    for choice in spec.get("choices", ()):
-        if raw == (json.dumps(choice) if choice is None or isinstance(choice, bool) else str(choice)):
-            return choice
-    for choice in spec.get("choices", ()):  # "True", "none", "2.0" for 2
+        try:
+            return int(raw)  # exactly, beyond 2**53 too
+        except ValueError:
+            f = float(raw)
+            return int(f) if f.is_integer() else f  # "3.0" is 3; the server refuses 2.5
+    choices = spec.get("choices", ())
+    exact = [c for c in choices if raw == _text(c)]
+    if len(exact) == 1:
+        return exact[0]
+    try:  # several choices have this text (1 and "1"), or none does ("" for the empty string): JSON
+        decoded = json.loads(raw)
+    except ValueError:
+        decoded = _MISSING
+    if decoded is None or isinstance(decoded, str | int | float | bool):
+        typed = [c for c in choices if choice_key(c) == choice_key(decoded)]
+        if len(typed) == 1:
+            return typed[0]
+    if exact:
+        return exact[0]
+    for choice in choices:  # "True", "none", "2.0" for 2
         if str(choice).lower() == raw.strip().lower():
             return choice
         if isinstance(choice, int | float) and not isinstance(choice, bool):

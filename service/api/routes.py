@@ -15,6 +15,7 @@ from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Resp
 from fastapi.security import HTTPBearer
 
 from ..studies import StudyService, trial_view
+from ..studies import attrs as study_attrs
 from . import schemas as S
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -120,6 +121,17 @@ def copy_study(study: StudyRef, body: S.CopyRequest, svc: Svc, by: By = None) ->
     return svc.view(info)
 
 
+@router.patch("/studies/{study}/user_attrs", response_model=S.StudyAttrs, tags=["studies"],
+              summary="Set and delete a study's user attributes",
+              description="`set` adds or replaces keys, `delete` removes keys (one the study lacks is ignored), "
+              "in one transaction: concurrent changes of different keys all land, and the same change again "
+              "changes nothing. The attributes after the change must stay within the bounds of `user_attrs` at "
+              "creation (422 naming `set` otherwise, and nothing changes). Answers the study's attributes.")
+def change_study_attrs(study: StudyRef, body: S.StudyAttrsChange, svc: Svc, by: By = None) -> dict[str, Any]:
+    return {"user_attrs": study_attrs.change_study_attrs(svc.storage, _resolve(svc, study, by), body.set,
+                                                         body.delete)}
+
+
 @router.get("/studies/{study}/pareto", response_model=S.ParetoView, tags=["studies"],
             summary="A multi-objective study's Pareto front and hypervolume",
             description="The non-dominated completed trials (feasible ones only, when the study has constraints), "
@@ -146,7 +158,8 @@ def enqueue(study: StudyRef, body: S.EnqueueRequest, response: Response, svc: Sv
 @router.post("/studies/{study}/trials", status_code=201, response_model=S.TrialList, tags=["trials"],
              summary="Add trials evaluated elsewhere",
              description="One trial, or `{\"trials\": [...]}` (up to 1000, stored all or none): `params` "
-             "(exactly the active ones) and `value`, or `state: failed`; a constrained study's `constraints`; "
+             "(exactly the active ones) and `value`, or `state: failed` (or `pruned`, with or without a value); a "
+             "constrained study's `constraints`; "
              "`user_attrs`. They count in the next fit and in the best trial; they have no prediction, so "
              "they never move the calibration state (origin `added`).")
 def add_trials(study: StudyRef, body: Annotated[S.AddBody, Body()], svc: Svc,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import delete, func, select
@@ -78,6 +78,16 @@ class StudyQueries:
         """Merge ``attrs`` into the study's user attributes."""
         with self.locked(study_id) as tx:
             tx.study.user_attrs = {**(tx.study.user_attrs or {}), **attrs}
+
+    def change_study_attrs(self, study_id: int, change: Callable[[dict[str, Any]], dict[str, Any]]
+                           ) -> dict[str, Any]:
+        """The study's user attributes replaced by ``change(current)`` under the study's lock (so
+        concurrent changes of different keys all land); the new attributes. An exception from
+        ``change`` stores nothing."""
+        with self.locked(study_id) as tx:
+            attrs = change(dict(tx.study.user_attrs or {}))
+            tx.study.user_attrs = attrs or None
+            return attrs
 
     def _counts(self, s: Session, study_ids: Sequence[int] | None = None) -> dict[int, dict[str, int]]:
         q = select(TrialRow.study_id, TrialRow.state, func.count()).group_by(TrialRow.study_id, TrialRow.state)

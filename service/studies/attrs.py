@@ -7,6 +7,10 @@ without NUL (PostgreSQL refuses it in text and JSON) or unpaired UTF-16 surrogat
 encodable as UTF-8, so no response could carry them), finite numbers (JSON has no NaN
 or infinity), nesting at most ``MAX_DEPTH`` deep and at most ``MAX_USER_ATTRS_BYTES`` as
 compact JSON.
+
+``change_study_attrs`` sets and deletes a study's attributes after creation (PATCH
+``/v1/studies/{study}/user_attrs``): the merge runs under the study's lock and the result is held
+to the same bounds.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import json
 import math
 from typing import Any
+
+from ..errors import InvalidRequest
 
 MAX_USER_ATTRS_BYTES = 16_384  # a study's or trial's user_attrs, as compact JSON
 MAX_USER_ATTRS_KEYS = 64  # keys at the top level
@@ -78,3 +84,25 @@ def storable_attrs(attrs: Any) -> dict[str, Any]:
     if size > MAX_USER_ATTRS_BYTES:
         raise AttrError("", f"at most {MAX_USER_ATTRS_BYTES} bytes as JSON (got {size})")
     return attrs
+
+
+def change_study_attrs(storage: Any, study_id: int, put: dict[str, Any] | None, drop: list[str] | None
+                       ) -> dict[str, Any]:
+    """Set ``put`` and remove ``drop`` (keys the study lacks are ignored, so a repeated change
+    changes nothing) in a study's user attributes, in one locked transaction of ``storage``
+    (``Storage.change_study_attrs``: concurrent changes of different keys all land); the attributes
+    after. InvalidRequest naming ``delete`` for a key both set and removed, naming ``set`` when the
+    result exceeds the bounds of ``storable_attrs`` (keys, bytes); then nothing is stored."""
+    put, drop = put or {}, drop or []
+    both = sorted(set(put) & set(drop))
+    if both:
+        raise InvalidRequest(f"{both[0]!r} is both set and deleted", field="delete")
+
+    def change(current: dict[str, Any]) -> dict[str, Any]:
+        after = {k: v for k, v in current.items() if k not in drop} | put
+        try:
+            return storable_attrs(after)
+        except AttrError as e:
+            raise InvalidRequest(f"the study's user_attrs after this change: {e}", field="set") from None
+
+    return storage.change_study_attrs(study_id, change)

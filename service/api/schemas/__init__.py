@@ -22,6 +22,8 @@ from .studies import (
     BestTrial,
     CopyRequest,
     ParetoSummary,
+    StudyAttrs,
+    StudyAttrsChange,
     StudyCreate,
     StudyPage,
     StudySummary,
@@ -58,7 +60,8 @@ __all__ = [
     "Condition", "CopyRequest", "CurvePage", "CurveView", "Difference", "Direction", "EnqueueRequest",
     "EnqueuedTrial", "ErrorBody", "ErrorDetail", "FloatParam", "Health", "HypervolumePoint", "IntParam", "Name",
     "OrdinalParam", "ParamSpec", "ParetoSummary", "ParetoView", "PrunerSpec", "ReportRequest", "ReportResponse",
-    "StudyCreate", "StudyPage", "StudySettings", "StudySummary", "StudyView", "SurrogateOptions",
+    "StudyAttrs", "StudyAttrsChange", "StudyCreate", "StudyPage", "StudySettings", "StudySummary", "StudyView",
+    "SurrogateOptions",
     "SurrogateStatus", "TellRequest", "TrialCounts", "TrialList", "TrialPage", "TrialState", "TrialView",
     "UserAttrs",
 ]

@@ -9,11 +9,21 @@ from pydantic import BaseModel, Field
 
 from calibo.engine.acquisition import ACQUISITIONS
 from calibo.engine.config import MAX_OBJECTIVES
-from calibo.engine.limits import MAX_CHOICES, MAX_PARAMS
+from calibo.engine.limits import MAX_CHOICES, MAX_PARAM_NAME, MAX_PARAMS
 from calibo.engine.outcomes import MAX_CONSTRAINTS
 from calibo.engine.surrogates import SURROGATES
 
-from .fields import CLOSED_KEYS, Direction, Name, ParamName, RequestBody, UserAttrs, json_int
+from ...studies.attrs import MAX_USER_ATTRS_BYTES, MAX_USER_ATTRS_KEYS
+from .fields import (
+    CLOSED_KEYS,
+    STORABLE,
+    Direction,
+    Name,
+    ParamName,
+    RequestBody,
+    UserAttrs,
+    json_int,
+)
 from .settings import Pruner, StudySettings
 from .space import BRANIN_SPACE, ParamSpec
 
@@ -166,3 +176,21 @@ class StudyPage(BaseModel):
 class CopyRequest(RequestBody):
     name: Name = Field(description="the new study's name (must not exist)")
     user_attrs: UserAttrs | None = None
+
+
+AttrKey = Annotated[str, Field(max_length=MAX_PARAM_NAME, pattern=STORABLE)]
+
+
+class StudyAttrsChange(RequestBody):
+    """A change of a study's user attributes: keys to set (added or replaced) and keys to delete."""
+
+    set: UserAttrs | None = Field(None, description="keys to add or replace, with their values; the study's "
+                                  f"user_attrs after the change must stay within {MAX_USER_ATTRS_KEYS} keys and "
+                                  f"{MAX_USER_ATTRS_BYTES // 1024} KiB", examples=[{"owner": "ml-team"}])
+    delete: list[AttrKey] | None = Field(None, max_length=MAX_USER_ATTRS_KEYS,
+                                         description="keys to remove (a key the study lacks is ignored)",
+                                         examples=[["draft"]])
+
+
+class StudyAttrs(BaseModel):
+    user_attrs: dict[str, Any] = Field(description="the study's user attributes after the change")

@@ -93,8 +93,9 @@ class AddedTrial(RequestBody):
                                             description="exactly the active parameters")
     value: Real | None = Field(None, description="the objective (a completed trial)")
     values: Objectives | None = Field(None, description="a multi-objective study's objectives (instead of value)")
-    state: Literal["complete", "failed"] | None = Field(None, description="complete (default, needs value) or "
-                                                        "failed (no value)")
+    state: Literal["complete", "failed", "pruned"] | None = Field(
+        None, description="complete (default, needs value), failed (no value) or pruned (a single-objective "
+        "trial's last reported value, optionally)")
     constraints: Values | None = Field(None, description="one value per study constraint (a completed trial "
                                        "of a constrained study needs them)")
     user_attrs: UserAttrs | None = None
