@@ -36,6 +36,7 @@ __version__ = "0.1.0"
 from ._async import AsyncClient
 from ._optimize import AsyncReporter, Reporter
 from ._study import AsyncStudy, Study
+from ._suggest import AsyncSuggestTrial, SpaceMismatch, SuggestTrial
 from ._sync import Client
 from .errors import (
     CaliboError,
@@ -56,6 +57,7 @@ __all__ = [
     "AsyncClient",
     "AsyncReporter",
     "AsyncStudy",
+    "AsyncSuggestTrial",
     "CaliboError",
     "Client",
     "Conflict",
@@ -66,7 +68,9 @@ __all__ = [
     "ParetoFront",
     "Reporter",
     "ServerError",
+    "SpaceMismatch",
     "Study",
+    "SuggestTrial",
     "Terminated",
     "Trial",
     "TrialRecord",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -18,10 +18,11 @@ from ._optimize import (
     Callback,
     Reporter,
     TrialView,
+    options,
 )
 from ._rows import read_rows
 from ._study import AsyncStudy
-from .models import Trial
+from .models import Trial, TrialRecord
 
 __all__ = ["AsyncClient"]
 
@@ -254,6 +255,14 @@ class AsyncClient:
         """A new study ``name`` with the same definition and every finished trial (server side)."""
         return AsyncStudy(self, await self._run(api.copy_study(study_id, name, user_attrs)))
 
+    async def set_study_user_attr(self, study_id: StudyRef, key: str, value: Any) -> dict[str, Any]:
+        """Set the study's user attribute ``key`` to ``value``; answers its user attributes after."""
+        return await self._run(api.change_study_attrs(study_id, {key: value}))
+
+    async def delete_study_user_attr(self, study_id: StudyRef, key: str) -> dict[str, Any]:
+        """Remove the study's user attribute ``key``; answers its user attributes after."""
+        return await self._run(api.change_study_attrs(study_id, drop=[key]))
+
     async def pareto(self, study_id: StudyRef) -> dict[str, Any]:
         """A multi-objective study's front: ``{"trials", "hypervolume", "reference_point", "history"}``."""
         return await self._run(api.pareto(study_id))
@@ -266,14 +275,27 @@ class AsyncClient:
         self,
         study: StudyRef,
         objective: Objective,
-        n_trials: int,
+        n_trials: int | None = None,
         n_workers: int = 1,
-        catch: tuple[type[BaseException], ...] = (),
+        catch: type[BaseException] | Iterable[type[BaseException]] = (),
         *,
+        timeout: float | None = None,
+        n_jobs: int | None = None,
+        callbacks: Iterable[Callable[[AsyncStudy, TrialRecord], Any]] | None = None,
+        show_progress_bar: bool = False,
         callback: Callback | None = None,
         heartbeat_interval: float | None = 30.0,
     ) -> list[TrialView]:
-        """Evaluate ``n_trials`` trials with ``n_workers`` concurrent tasks.
+        """Evaluate trials with ``n_workers`` concurrent tasks, with Optuna's ``optimize`` arguments.
+
+        ``n_trials``, ``timeout``, ``n_jobs``, ``catch``, ``callbacks`` (plain
+        callables ``callback(study, trial)``, called on the event loop with an
+        :class:`~calibo.AsyncStudy`), ``show_progress_bar`` and ``callback`` as in
+        :meth:`Client.optimize`; ``study.stop()`` stops the run after the running
+        trials. A coroutine objective gets an :class:`~calibo.AsyncSuggestTrial`
+        (``suggest_*`` are plain calls, ``await trial.report(value, step)``; when
+        the study is given by id its space is read once before the first trial),
+        a plain one a :class:`~calibo.SuggestTrial`.
 
         ``objective`` is a coroutine function (awaited) or a plain function (run
         in a thread with :func:`asyncio.to_thread`). Otherwise as
@@ -303,5 +325,7 @@ class AsyncClient:
         ``report(step, value)`` blocks that thread while the report is sent on
         this event loop.
         """
-        return await _tasks.optimize(self, study, objective, n_trials, n_workers, catch, callback,
-                                     heartbeat_interval)
+        opts = options(n_trials=n_trials, timeout=timeout, n_workers=n_workers, n_jobs=n_jobs, catch=catch,
+                       callback=callback, callbacks=callbacks, show_progress_bar=show_progress_bar,
+                       heartbeat_interval=heartbeat_interval)
+        return await _tasks.optimize(self, study, objective, opts)

@@ -5,21 +5,26 @@ and be pruned."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import os
 import socket
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from .errors import CaliboError
-from .models import Trial
+from .errors import CaliboError, TrialPruned
+from .models import Trial, TrialRecord
 
 __all__ = ["AsyncReporter", "Reporter"]
 
 TrialView = dict[str, Any]
 Callback = Callable[[TrialView], Any]
+# Optuna's form: ``callback(study, trial_record)`` after each finished trial
+StudyCallback = Callable[[Any, TrialRecord], Any]
 
 
 class _Reported:
@@ -124,17 +129,99 @@ def worker_id(index: int) -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{index}"
 
 
-def check_arguments(n_trials: int, n_workers: int, heartbeat_interval: float | None) -> None:
-    if n_trials < 0:
-        raise ValueError("n_trials must be >= 0")
+@dataclass(frozen=True)
+class Options:
+    """``optimize``'s arguments, checked (see :func:`options`)."""
+
+    n_trials: int | None
+    timeout: float | None
+    n_workers: int
+    catch: tuple[type[BaseException], ...]
+    callback: Callback | None
+    callbacks: tuple[StudyCallback, ...]
+    show_progress_bar: bool
+    heartbeat_interval: float | None
+
+    @property
+    def asks_any(self) -> bool:
+        """Whether the run may ask a trial at all (``n_trials=0`` asks none)."""
+        return self.n_trials is None or self.n_trials > 0
+
+
+def options(*, n_trials: int | None = None, timeout: float | None = None, n_workers: int = 1,
+            n_jobs: int | None = None, catch: Any = (), callback: Callback | None = None,
+            callbacks: Iterable[StudyCallback] | None = None, show_progress_bar: bool = False,
+            heartbeat_interval: float | None = 30.0) -> Options:
+    """Check ``optimize``'s arguments as Optuna reads them; a clear ValueError / TypeError otherwise.
+
+    ``n_trials``: None (no limit) or an int >= 0. ``timeout``: None (no limit) or seconds > 0.
+    ``n_jobs`` is Optuna's name for ``n_workers`` (give one of them); -1 means one per CPU
+    (``os.cpu_count()``). ``catch``: an exception type or an iterable of them.
+    """
+    if n_trials is not None and (isinstance(n_trials, bool) or not isinstance(n_trials, int)):
+        raise TypeError(f"n_trials must be an int or None, got {n_trials!r}")
+    if n_trials is not None and n_trials < 0:
+        raise ValueError(f"n_trials must be >= 0 or None (no limit), got {n_trials}")
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
+        if not timeout > 0:  # NaN too
+            raise ValueError(f"timeout must be > 0 seconds or None (no limit), got {timeout!r}")
+        if math.isinf(timeout):
+            timeout = None
+    if n_jobs is not None:
+        if n_workers != 1 and n_workers != n_jobs:
+            raise ValueError("give n_workers or n_jobs (Optuna's name for it), not both")
+        n_workers = n_jobs
+    if isinstance(n_workers, bool) or not isinstance(n_workers, int):
+        raise TypeError(f"n_workers must be an int, got {n_workers!r}")
+    if n_workers == -1:
+        n_workers = os.cpu_count() or 1
     if n_workers < 1:
-        raise ValueError("n_workers must be >= 1")
+        raise ValueError(f"n_workers (n_jobs) must be >= 1, or -1 for one per CPU; got {n_workers}")
     if heartbeat_interval is not None and not heartbeat_interval > 0:
         raise ValueError("heartbeat_interval must be > 0 or None")
+    if callbacks is None:
+        callbacks = ()
+    elif callable(callbacks) or not isinstance(callbacks, Iterable):
+        raise TypeError("callbacks must be a list of callables callback(study, trial) "
+                        "(callback= takes a single one)")
+    callbacks = tuple(callbacks)
+    if not all(callable(c) for c in callbacks):
+        raise TypeError("every item of callbacks must be callable as callback(study, trial)")
+    if callback is not None and not callable(callback):
+        raise TypeError("callback must be callable")
+    return Options(n_trials=n_trials, timeout=timeout, n_workers=n_workers, catch=_catch(catch),
+                   callback=callback, callbacks=callbacks, show_progress_bar=bool(show_progress_bar),
+                   heartbeat_interval=heartbeat_interval)
+
+
+def _catch(catch: Any) -> tuple[type[BaseException], ...]:
+    """Optuna's ``catch``: one exception type, or an iterable of them."""
+    types = (catch,) if isinstance(catch, type) else tuple(catch)
+    bad = [c for c in types if not (isinstance(c, type) and issubclass(c, BaseException))]
+    if bad:
+        raise TypeError(f"catch takes exception types, got {bad[0]!r}")
+    return types
+
+
+def is_pruned(exc: BaseException) -> bool:
+    """:class:`~calibo.TrialPruned`, or Optuna's ``optuna.TrialPruned`` (recognised by its class,
+    without importing optuna): an objective written for Optuna raises that one."""
+    if isinstance(exc, TrialPruned):
+        return True
+    return any(cls.__name__ == "TrialPruned" and cls.__module__.split(".")[0] == "optuna"
+               for cls in type(exc).__mro__)
 
 
 def catchable(exc: BaseException, catch: tuple[type[BaseException], ...]) -> bool:
-    """Whether a failed objective is one to record as a failed trial and go on from."""
+    """Whether a failed objective is one to record as a failed trial and go on from.
+
+    An error marked ``caller_bug`` (a ``suggest_*`` call that does not match the study's space)
+    never is: it is a bug in the objective, not a failure of the trial's configuration.
+    """
+    if getattr(exc, "caller_bug", False):
+        return False
     return isinstance(exc, Exception) and bool(catch) and isinstance(exc, catch)
 
 
@@ -174,9 +261,13 @@ def outcome(result: Any) -> Outcome:
     return value, None, None
 
 
-def failed_attrs(reason: str | None) -> dict[str, Any] | None:
-    """The ``user_attrs`` a failed trial is told with: ``{"fail_reason": reason}``."""
-    return None if reason is None else {"fail_reason": reason}
+def failed_attrs(reason: str | None, attrs: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The ``user_attrs`` a trial is told with: those the objective set (``attrs``), and for a
+    failed trial ``{"fail_reason": reason}``; None when there are none."""
+    told = dict(attrs or {})
+    if reason is not None:
+        told["fail_reason"] = reason
+    return told or None
 
 
 def ends_heartbeats(exc: CaliboError) -> bool:
@@ -194,34 +285,50 @@ def no_trial_error() -> CaliboError:
     return CaliboError("ask answered no trial", code="invalid_response")
 
 
-class Run:
-    """Shared state of one ``optimize``: trials left to ask, results, the first error.
+class Notify(Protocol):
+    def __call__(self, view: TrialView) -> None: ...
 
-    Thread-safe; in the async loop every method runs on the event loop thread and
-    holds the lock only briefly, without awaiting.
+
+class Run:
+    """Shared state of one ``optimize``: trials left to ask, the deadline, results, the first error.
+
+    ``n_trials`` None: no limit; ``timeout`` (seconds, None: no limit): no trial is taken once
+    it has passed since the run began. ``notify(view)`` runs after each tell (the callbacks and
+    the progress bar), one call at a time. Thread-safe; in the async loop every method runs on
+    the event loop thread and holds the lock only briefly, without awaiting.
     """
 
-    def __init__(self, n_trials: int, callback: Callback | None) -> None:
+    def __init__(self, n_trials: int | None, notify: Notify | None = None, timeout: float | None = None) -> None:
         self._left = n_trials
+        self._deadline = None if timeout is None else time.monotonic() + timeout
         self._lock = threading.Lock()
-        self._callback = callback
+        self._notify_lock = threading.Lock()
+        self._notify = notify
         self.stopped = threading.Event()
         self.results: list[TrialView] = []
         self.error: BaseException | None = None
 
     def take(self) -> bool:
-        """Claim one trial of the budget; False once it is spent or the run stopped."""
+        """Claim one trial of the budget; False once it is spent, the time is up or the run stopped."""
         with self._lock:
-            if self.stopped.is_set() or self._left <= 0:
+            if self.stopped.is_set() or (self._left is not None and self._left <= 0):
                 return False
-            self._left -= 1
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                return False
+            if self._left is not None:
+                self._left -= 1
             return True
+
+    def stop(self) -> None:
+        """Optuna's ``Study.stop``: no trial is taken after this; those running finish and are told."""
+        self.stopped.set()
 
     def record(self, view: TrialView) -> None:
         with self._lock:
             self.results.append(view)
-        if self._callback is not None:
-            self._callback(view)
+        if self._notify is not None:
+            with self._notify_lock:
+                self._notify(view)
 
     def fail(self, exc: BaseException) -> None:
         """Stop every worker after its current trial; the first error is the one raised."""
@@ -229,6 +336,55 @@ class Run:
             if self.error is None:
                 self.error = exc
         self.stopped.set()
+
+
+def notifier(opts: Options, handle: Any, study_id: int, progress: Any) -> Notify | None:
+    """What a run does after each tell: ``callback(view)``, then each of ``callbacks(handle,
+    record)`` in order (Optuna's ``callback(study, frozen_trial)``), then the progress bar."""
+    if opts.callback is None and not opts.callbacks and progress is None:
+        return None
+
+    def notify(view: TrialView) -> None:
+        if opts.callback is not None:
+            opts.callback(view)
+        if opts.callbacks or progress is not None:
+            record = TrialRecord.from_wire(view, study_id)
+            for callback in opts.callbacks:
+                callback(handle, record)
+            if progress is not None:
+                progress.update(record)
+
+    return notify
+
+
+_active: dict[int, tuple[Any, set[Run]]] = {}  # id(study handle) -> (handle, its runs)
+_active_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def running_on(handle: Any, run: Run) -> Iterator[None]:
+    """Register ``run`` as an ``optimize`` of ``handle`` for its span, for ``handle.stop()``."""
+    with _active_lock:
+        _active.setdefault(id(handle), (handle, set()))[1].add(run)
+    try:
+        yield
+    finally:
+        with _active_lock:
+            runs = _active[id(handle)][1]
+            runs.discard(run)
+            if not runs:
+                del _active[id(handle)]
+
+
+def stop_runs(handle: Any) -> None:
+    """``Study.stop()``: stop every ``optimize`` running on this handle after its current trials."""
+    with _active_lock:
+        runs = list(_active.get(id(handle), (None, set()))[1])
+    if not runs:
+        raise RuntimeError("Study.stop() stops a running optimize: call it from an objective or a "
+                           "callback of this study's optimize")
+    for run in runs:
+        run.stop()
 
 
 class Running:

@@ -7,9 +7,12 @@ for an ask, :class:`TrialRecord` for a told or listed trial).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import _export
+from ._optimize import stop_runs
 from .models import ParetoFront, Trial, TrialRecord
 
 if TYPE_CHECKING:
@@ -64,6 +67,13 @@ class _Handle:
 
     def _record(self, data: dict[str, Any]) -> TrialRecord:
         return TrialRecord.from_wire(data, self.id)
+
+    def stop(self) -> None:
+        """Optuna's ``Study.stop``: the ``optimize`` running on this handle asks no trial after the
+        running ones, which finish and are told. Call it from an objective (``trial.study.stop()``)
+        or a callback; RuntimeError when no ``optimize`` runs on this handle. (A plain call, also on
+        an :class:`AsyncStudy`.)"""
+        stop_runs(self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(id={self.id}, name={self.name!r})"
@@ -127,13 +137,20 @@ class Study(_Handle):
         """Mark a running trial alive (``optimize`` does it for its trials)."""
         self.client.heartbeat(self.id, _trial_id(trial))
 
-    def optimize(self, objective: Callable[..., Any], n_trials: int, n_workers: int = 1,
-                 catch: tuple[type[BaseException], ...] = (), *,
+    def optimize(self, objective: Callable[..., Any], n_trials: int | None = None, n_workers: int = 1,
+                 catch: Any = (), *, timeout: float | None = None, n_jobs: int | None = None,
+                 callbacks: Iterable[Callable[[Study, TrialRecord], Any]] | None = None,
+                 show_progress_bar: bool = False,
                  callback: Callable[[TrialRecord], Any] | None = None,
                  heartbeat_interval: float | None = 30.0) -> list[TrialRecord]:
-        """Evaluate ``n_trials`` trials with ``n_workers`` threads (see :meth:`Client.optimize`)."""
+        """Evaluate trials with ``n_workers`` threads, with Optuna's ``optimize`` arguments: ``n_trials``
+        (None: no limit), ``timeout``, ``n_jobs``, ``catch``, ``callbacks`` (each ``callback(study,
+        trial)``) and ``show_progress_bar``; ``callback(trial)`` is the single-callback form. The
+        objective gets a :class:`~calibo.SuggestTrial` (``params["x"]`` or ``trial.suggest_float("x",
+        ...)``). See :meth:`Client.optimize`."""
         wrapped = None if callback is None else (lambda view: callback(self._record(view)))
-        views = self.client.optimize(self.id, objective, n_trials, n_workers, catch, callback=wrapped,
+        views = self.client.optimize(self, objective, n_trials, n_workers, catch, timeout=timeout, n_jobs=n_jobs,
+                                     callbacks=callbacks, show_progress_bar=show_progress_bar, callback=wrapped,
                                      heartbeat_interval=heartbeat_interval)
         return [self._record(v) for v in views]
 
@@ -185,6 +202,32 @@ class Study(_Handle):
         """Delete the study and its trials on the server."""
         self.client.delete_study(self.id)
 
+    def set_user_attr(self, key: str, value: Any) -> None:
+        """Set the study's user attribute ``key`` to ``value`` (any JSON value) on the server, keeping
+        the others (Optuna's ``Study.set_user_attr``); ``user_attrs`` and ``view`` follow."""
+        self.view = {**self.view, "user_attrs": self.client.set_study_user_attr(self.id, key, value)}
+
+    def delete_user_attr(self, key: str) -> None:
+        """Remove the study's user attribute ``key`` on the server (nothing happens if it has none)."""
+        self.view = {**self.view, "user_attrs": self.client.delete_study_user_attr(self.id, key)}
+
+    def trials_dataframe(self, attrs: Sequence[str] = _export.DATAFRAME_ATTRS, multi_index: bool = False) -> Any:
+        """The study's trials as a pandas DataFrame in Optuna's layout (``number``, ``value`` or
+        ``values_<i>``, ``datetime_start``, ``datetime_complete``, ``duration``, ``params_<name>``,
+        ``user_attrs_<key>``, ``constraints_<name>``, ``state``); ``attrs`` may also name
+        ``id``, ``origin``, ``worker_id`` and ``prediction`` (the mean and interval bounds at ask).
+        Needs pandas (``pip install 'calibo[pandas]'``)."""
+        return _export.trials_frame(self.trials(), self.directions, self.constraints, attrs, multi_index)
+
+    def export(self, path: str | os.PathLike[str], format: str | None = None) -> int:
+        """Write the study's finished trials (complete, failed, pruned) to ``path`` as CSV or JSON
+        lines (by the suffix ``.csv`` / ``.jsonl`` / ``.ndjson``, or ``format``), in the format
+        :meth:`add_trials` reads: adding the file to a study of the same definition gives the same
+        trials. How many trials it wrote."""
+        view = self.view if "space" in self.view else self.refresh().view
+        return _export.write_trials(path, self.trials(), view["space"], self.constraints,
+                                    len(self.directions or ()) or 1, format)
+
 
 class AsyncStudy(_Handle):
     """:class:`Study` for :class:`~calibo.AsyncClient`: the same methods, awaited
@@ -228,14 +271,18 @@ class AsyncStudy(_Handle):
     async def heartbeat(self, trial: TrialLike) -> None:
         await self.client.heartbeat(self.id, _trial_id(trial))
 
-    async def optimize(self, objective: Callable[..., Any], n_trials: int, n_workers: int = 1,
-                       catch: tuple[type[BaseException], ...] = (), *,
+    async def optimize(self, objective: Callable[..., Any], n_trials: int | None = None, n_workers: int = 1,
+                       catch: Any = (), *, timeout: float | None = None, n_jobs: int | None = None,
+                       callbacks: Iterable[Callable[[AsyncStudy, TrialRecord], Any]] | None = None,
+                       show_progress_bar: bool = False,
                        callback: Callable[[TrialRecord], Any] | None = None,
                        heartbeat_interval: float | None = 30.0) -> list[TrialRecord]:
-        """Evaluate ``n_trials`` trials with ``n_workers`` tasks (see :meth:`AsyncClient.optimize`)."""
+        """Evaluate trials with ``n_workers`` tasks, with Optuna's ``optimize`` arguments (see
+        :meth:`Study.optimize` and :meth:`AsyncClient.optimize`)."""
         wrapped = None if callback is None else (lambda view: callback(self._record(view)))
-        views = await self.client.optimize(self.id, objective, n_trials, n_workers, catch, callback=wrapped,
-                                           heartbeat_interval=heartbeat_interval)
+        views = await self.client.optimize(self, objective, n_trials, n_workers, catch, timeout=timeout,
+                                           n_jobs=n_jobs, callbacks=callbacks, show_progress_bar=show_progress_bar,
+                                           callback=wrapped, heartbeat_interval=heartbeat_interval)
         return [self._record(v) for v in views]
 
     async def trials(self, state: str | None = None, *, origin: str | None = None,
@@ -269,3 +316,18 @@ class AsyncStudy(_Handle):
 
     async def delete(self) -> None:
         await self.client.delete_study(self.id)
+
+    async def set_user_attr(self, key: str, value: Any) -> None:
+        self.view = {**self.view, "user_attrs": await self.client.set_study_user_attr(self.id, key, value)}
+
+    async def delete_user_attr(self, key: str) -> None:
+        self.view = {**self.view, "user_attrs": await self.client.delete_study_user_attr(self.id, key)}
+
+    async def trials_dataframe(self, attrs: Sequence[str] = _export.DATAFRAME_ATTRS,
+                               multi_index: bool = False) -> Any:
+        return _export.trials_frame(await self.trials(), self.directions, self.constraints, attrs, multi_index)
+
+    async def export(self, path: str | os.PathLike[str], format: str | None = None) -> int:
+        view = self.view if "space" in self.view else (await self.refresh()).view
+        return _export.write_trials(path, await self.trials(), view["space"], self.constraints,
+                                    len(self.directions or ()) or 1, format)

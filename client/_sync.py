@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -17,10 +17,11 @@ from ._optimize import (
     Callback,
     Reporter,
     TrialView,
+    options,
 )
 from ._rows import read_rows
 from ._study import Study
-from .models import Trial
+from .models import Trial, TrialRecord
 
 __all__ = ["Client"]
 
@@ -278,6 +279,16 @@ class Client:
         """A new study ``name`` with the same definition and every finished trial (server side)."""
         return Study(self, self._run(api.copy_study(study_id, name, user_attrs)))
 
+    def set_study_user_attr(self, study_id: StudyRef, key: str, value: Any) -> dict[str, Any]:
+        """Set the study's user attribute ``key`` to ``value`` (any JSON value), keeping the others;
+        answers the study's user attributes after. Concurrent sets of different keys all land."""
+        return self._run(api.change_study_attrs(study_id, {key: value}))
+
+    def delete_study_user_attr(self, study_id: StudyRef, key: str) -> dict[str, Any]:
+        """Remove the study's user attribute ``key`` (nothing happens if it has none); answers the
+        study's user attributes after."""
+        return self._run(api.change_study_attrs(study_id, drop=[key]))
+
     def pareto(self, study_id: StudyRef) -> dict[str, Any]:
         """A multi-objective study's front: ``{"trials", "hypervolume", "reference_point", "history"}``."""
         return self._run(api.pareto(study_id))
@@ -291,16 +302,49 @@ class Client:
         self,
         study: StudyRef,
         objective: Objective,
-        n_trials: int,
+        n_trials: int | None = None,
         n_workers: int = 1,
-        catch: tuple[type[BaseException], ...] = (),
+        catch: type[BaseException] | Iterable[type[BaseException]] = (),
         *,
+        timeout: float | None = None,
+        n_jobs: int | None = None,
+        callbacks: Iterable[Callable[[Study, TrialRecord], Any]] | None = None,
+        show_progress_bar: bool = False,
         callback: Callback | None = None,
         heartbeat_interval: float | None = 30.0,
     ) -> list[TrialView]:
-        """Evaluate ``n_trials`` trials of ``study`` with ``n_workers`` threads.
+        """Evaluate trials of ``study`` with ``n_workers`` threads, with Optuna's ``optimize`` arguments.
 
-        Each worker asks one trial, calls ``objective(params)`` and tells the
+        ``n_trials`` trials (None: no limit) in this call; ``timeout`` seconds
+        (None: no limit): no trial starts once they have passed, the running ones
+        finish and are told; with neither, the run goes on until ``study.stop()``,
+        Ctrl-C or SIGTERM. ``n_jobs`` is Optuna's name for ``n_workers`` (-1: one
+        per CPU). ``callbacks``: a list, each called ``callback(study, trial)``
+        (``study`` when it is a :class:`~calibo.Study`, else a handle on its id
+        whose ``refresh()`` reads the view; and the finished trial's
+        :class:`~calibo.TrialRecord`, as Optuna's ``callback(study,
+        frozen_trial)``) after every told trial (complete, failed or pruned), in
+        order, one trial at a time; a callback that raises stops the run as an
+        objective's error does. ``callback(trial_view)`` is the single-callback
+        form (the view as a dict), called before them. ``study.stop()`` (from an
+        objective, ``trial.study.stop()``, or a callback) asks no more trials
+        after the running ones. ``catch``: an exception type or several.
+        ``show_progress_bar``: a tqdm bar on stderr (``pip install
+        'calibo[progress]'``) with the best value so far and the trials per
+        second. The third positional argument is ``n_workers`` (Optuna's is
+        ``timeout``): give Optuna's arguments by name.
+
+        The objective gets a :class:`~calibo.SuggestTrial`: a ``dict`` of the
+        trial's params (``params["x"]``) that also has Optuna's
+        ``trial.suggest_float / suggest_int / suggest_categorical`` (checked
+        against the study's space: a mismatch raises
+        :class:`~calibo.SpaceMismatch`, told failed and raised whatever ``catch``
+        says), ``params``, ``number``, ``report(value, step)``,
+        ``should_prune()`` and ``set_user_attr`` (sent with the tell). The
+        space is the handle's (or the dict view's), or read once the first time
+        a ``suggest_*`` call needs it.
+
+        Each worker asks one trial, calls ``objective(trial)`` and tells the
         number it returns (NaN or infinity is told as a failed trial). An
         exception of a type in ``catch`` is told as a failed trial and the loop
         goes on; any other is told as failed, stops every worker after its
@@ -337,6 +381,10 @@ class Client:
         ``state="pruned"`` with the last value reported, if any, and the loop
         goes on; its view (``"state": "pruned"``) is in the results and passed to
         ``callback`` like any other. An objective that returns normally is told
-        its value, whatever the reports answered.
+        its value, whatever the reports answered. Optuna's ``optuna.TrialPruned``
+        prunes the trial too.
         """
-        return _threads.optimize(self, study, objective, n_trials, n_workers, catch, callback, heartbeat_interval)
+        opts = options(n_trials=n_trials, timeout=timeout, n_workers=n_workers, n_jobs=n_jobs, catch=catch,
+                       callback=callback, callbacks=callbacks, show_progress_bar=show_progress_bar,
+                       heartbeat_interval=heartbeat_interval)
+        return _threads.optimize(self, study, objective, opts)

@@ -16,25 +16,30 @@ from . import _endpoints as api
 from ._endpoints import StudyRef
 from ._optimize import (
     AsyncReporter,
-    Callback,
+    Options,
     Outcome,
     Reporter,
     Run,
     Running,
     TrialView,
     catchable,
-    check_arguments,
     ends_heartbeats,
     failed_attrs,
     is_coroutine_callable,
+    is_pruned,
     no_trial_error,
+    notifier,
     outcome,
     pruned_outcome,
+    running_on,
     wants_reporter,
     worker_id,
 )
+from ._progress import ProgressBar, require_tqdm
 from ._signals import StopSignals, fail_reason
-from .errors import CaliboError, InvalidRequest, TrialPruned
+from ._study import AsyncStudy
+from ._suggest import AsyncSuggestTrial, StudySpace, SuggestTrial
+from .errors import CaliboError, InvalidRequest
 from .models import Trial
 
 if TYPE_CHECKING:
@@ -43,30 +48,55 @@ if TYPE_CHECKING:
 _sleep = asyncio.sleep  # the heartbeat wait (a test may put a fake clock here)
 
 T = TypeVar("T")
-# Calls the objective for a trial's params, with its reporter when it takes one.
-ObjectiveCall = Callable[[dict[str, Any], Reporter | AsyncReporter | None], Awaitable[Any]]
-# Makes the reporter for a trial (None when the objective takes none).
-ReporterFactory = Callable[[Trial], Reporter | AsyncReporter | None]
+Params = SuggestTrial | AsyncSuggestTrial
+# Calls the objective for a trial, with its reporter when it takes one.
+ObjectiveCall = Callable[[Params, Reporter | AsyncReporter], Awaitable[Any]]
 
 
-async def optimize(client: AsyncClient, study: StudyRef, objective: Objective, n_trials: int, n_workers: int,
-                   catch: tuple[type[BaseException], ...], callback: Callback | None,
-                   heartbeat_interval: float | None) -> list[TrialView]:
+def handle_of(client: AsyncClient, study: StudyRef, study_id: int) -> AsyncStudy:
+    """As ``_threads.handle_of``, for the async client: an :class:`AsyncStudy`."""
+    if isinstance(study, AsyncStudy) and study.client is client:
+        return study
+    view = dict(study) if isinstance(study, dict) else {"id": study_id}
+    if isinstance(getattr(study, "view", None), dict):
+        view = dict(study.view)
+    return AsyncStudy(client, view)
+
+
+async def optimize(client: AsyncClient, study: StudyRef, objective: Objective, opts: Options) -> list[TrialView]:
     """``AsyncClient.optimize`` (its defaults and contract are there)."""
-    check_arguments(n_trials, n_workers, heartbeat_interval)
     study_id = api.study_id_of(study)
-    catch = tuple(catch)
-    run = Run(n_trials, callback)
+    handle = handle_of(client, study, study_id)
+    progress = None
+    if opts.show_progress_bar:
+        require_tqdm()  # before the first call: a clear ImportError
+        progress = ProgressBar(opts.n_trials, opts.timeout, await _view_or_none(client, study_id))
+    try:
+        run = Run(opts.n_trials, notifier(opts, handle, study_id, progress), opts.timeout)
+        with running_on(handle, run):
+            return await _optimize(client, run, study_id, handle, objective, opts)
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+async def _view_or_none(client: AsyncClient, study_id: int) -> dict[str, Any] | None:
+    try:
+        return await client.get_study(study_id)
+    except CaliboError:
+        return None
+
+
+async def _optimize(client: AsyncClient, run: Run, study_id: int, handle: AsyncStudy, objective: Objective,
+                    opts: Options) -> list[TrialView]:
     running = Running()
     call_objective = _objective_caller(objective)
     loop = asyncio.get_running_loop()
-    make_reporter = _reporter_factory(client, objective, study_id, loop)
+    trials = _Trials(client, objective, study_id, handle, loop)
 
     async def work(index: int) -> None:
         try:
-            await _work(client,
-                run, running, study_id, call_objective, make_reporter, catch, worker_id(index)
-            )
+            await _work(client, run, running, study_id, call_objective, trials, opts.catch, worker_id(index))
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # raised by optimize below
@@ -75,10 +105,10 @@ async def optimize(client: AsyncClient, study: StudyRef, objective: Objective, n
     this = asyncio.current_task()
     assert this is not None  # a coroutine runs in a task
     pulse = None
-    if heartbeat_interval is not None and n_trials > 0:
-        pulse = asyncio.create_task(_heartbeats(client, study_id, running, heartbeat_interval))
+    if opts.heartbeat_interval is not None and opts.asks_any:
+        pulse = asyncio.create_task(_heartbeats(client, study_id, running, opts.heartbeat_interval))
     with StopSignals(cancel=lambda: loop.call_soon_threadsafe(this.cancel)) as signals:
-        tasks = [asyncio.create_task(work(i)) for i in range(n_workers)]
+        tasks = [asyncio.create_task(work(i)) for i in range(opts.n_workers)]
         try:
             await asyncio.gather(*tasks)
         except BaseException as exc:  # optimize itself cancelled
@@ -101,22 +131,23 @@ async def optimize(client: AsyncClient, study: StudyRef, objective: Objective, n
         raise run.error
     return run.results
 
+
 def _objective_caller(objective: Objective) -> ObjectiveCall:
     with_reporter = wants_reporter(objective)
 
-    def arguments(params: dict[str, Any], reporter: Any) -> tuple[Any, ...]:
+    def arguments(params: Params, reporter: Any) -> tuple[Any, ...]:
         return (params, reporter) if with_reporter else (params,)
 
     if is_coroutine_callable(objective):
 
-        async def awaited(params: dict[str, Any], reporter: Any) -> Any:
+        async def awaited(params: Params, reporter: Any) -> Any:
             return await objective(*arguments(params, reporter))
 
         return awaited
 
     # A plain function runs in a worker thread; should it hand back an awaitable
     # (say, a function returning a coroutine), that is awaited here.
-    async def in_thread(params: dict[str, Any], reporter: Any) -> Any:
+    async def in_thread(params: Params, reporter: Any) -> Any:
         result = await asyncio.to_thread(objective, *arguments(params, reporter))
         if inspect.isawaitable(result):
             result = await result
@@ -124,28 +155,62 @@ def _objective_caller(objective: Objective) -> ObjectiveCall:
 
     return in_thread
 
-def _reporter_factory(
-    client: AsyncClient, objective: Objective, study_id: int, loop: asyncio.AbstractEventLoop
-) -> ReporterFactory:
-    if not wants_reporter(objective):
-        return lambda trial: None
-    if is_coroutine_callable(objective):
 
-        def make_async(trial: Trial) -> AsyncReporter:
+class _Trials:
+    """Makes each trial's object and reporter: for a coroutine objective an
+    :class:`AsyncSuggestTrial` and an :class:`AsyncReporter`; for a plain one, running in its
+    thread, a :class:`SuggestTrial` and a :class:`Reporter` whose calls run on this loop.
+
+    A plain objective's ``suggest_*`` reads the study's space on the loop the first time it needs
+    it. A coroutine objective's ``suggest_*`` cannot wait for a call, so the space (when the study
+    was given by id) is read once before the first trial's objective runs; if that read fails
+    its ``suggest_*`` calls raise that error, and objectives that use ``params[...]`` go on.
+    """
+
+    def __init__(self, client: AsyncClient, objective: Objective, study_id: int, handle: AsyncStudy,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self._client = client
+        self._study_id = study_id
+        self._handle = handle
+        self._loop = loop
+        self._coroutine = is_coroutine_callable(objective)
+        fetch = None if self._coroutine else self._fetch_in_thread
+        self._space = StudySpace(handle.space, fetch)
+        self._reading = asyncio.Lock()
+        self._read = False
+
+    def _fetch_in_thread(self) -> Any:
+        return _on_loop(self._loop, lambda: self._client.get_study(self._study_id)).get("space")
+
+    async def make(self, trial: Trial) -> tuple[Params, Reporter | AsyncReporter]:
+        client, study_id = self._client, self._study_id
+        if self._coroutine:
+            await self._read_space()
+
             async def send(step: int, value: float) -> bool:
                 return await client.report(study_id, trial.id, step, value)
 
-            return AsyncReporter(trial, send)
+            reporter = AsyncReporter(trial, send)
+            return AsyncSuggestTrial(trial, self._space, reporter, self._handle), reporter
 
-        return make_async
+        def send_blocking(step: int, value: float) -> bool:
+            return _on_loop(self._loop, lambda: client.report(study_id, trial.id, step, value))
 
-    def make_blocking(trial: Trial) -> Reporter:
-        def send(step: int, value: float) -> bool:
-            return _on_loop(loop, lambda: client.report(study_id, trial.id, step, value))
+        blocking = Reporter(trial, send_blocking)
+        return SuggestTrial(trial, self._space, blocking, self._handle), blocking
 
-        return Reporter(trial, send)
+    async def _read_space(self) -> None:
+        if self._space.known:
+            return
+        async with self._reading:  # the other tasks wait for the first one's read
+            if self._space.known or self._read:
+                return
+            self._read = True
+            try:
+                self._space.set((await self._client.get_study(self._study_id)).get("space"))
+            except CaliboError as exc:
+                self._space.unavailable(exc)
 
-    return make_blocking
 
 async def _work(
     client: AsyncClient,
@@ -153,7 +218,7 @@ async def _work(
     running: Running,
     study_id: int,
     call_objective: ObjectiveCall,
-    make_reporter: ReporterFactory,
+    trials: _Trials,
     catch: tuple[type[BaseException], ...],
     worker: str,
 ) -> None:
@@ -161,27 +226,32 @@ async def _work(
         trial = await _uncut(_ask_into(client, running, study_id, worker))
         if trial is None:
             return
-        reporter = make_reporter(trial)
         told: Outcome
+        params: Params | None = None
+        reporter = None
         try:
-            told = outcome(await call_objective(dict(trial.params), reporter))
-        except TrialPruned:
-            told = (*pruned_outcome(reporter), None)
+            params, reporter = await trials.make(trial)
+            told = outcome(await call_objective(params, reporter))
         except asyncio.CancelledError:
             raise  # optimize is stopping: it tells this trial failed
         except BaseException as exc:
-            if not catchable(exc, catch):
+            attrs = params.told_attrs() if params is not None else None
+            if is_pruned(exc):
+                told = (*pruned_outcome(reporter), None)
+            elif catchable(exc, catch):
+                told = (None, "failed", fail_reason(exc))
+            else:
                 if running.finish(trial.id):
                     try:
-                        await _uncut(_tell_failed_quietly(client, study_id, trial.id, fail_reason(exc)))
+                        await _uncut(_tell_failed_quietly(client, study_id, trial.id, fail_reason(exc), attrs))
                     finally:
                         running.end_call()
                 raise
-            told = (None, "failed", fail_reason(exc))
         if not running.finish(trial.id):
             return
         try:
-            view = await _uncut(_tell_outcome(client, study_id, trial.id, told))
+            attrs = params.told_attrs() if params is not None else None
+            view = await _uncut(_tell_outcome(client, study_id, trial.id, told, attrs))
         finally:
             running.end_call()
         run.record(view)
@@ -202,20 +272,23 @@ async def _ask_into(client: AsyncClient, running: Running, study_id: int, worker
     finally:
         running.end_call()
 
-async def _tell_outcome(client: AsyncClient, study_id: int, trial_id: int, told: Outcome) -> TrialView:
-    """Tell what the objective came to; a value the server refuses (422) is told failed, then raised."""
+async def _tell_outcome(client: AsyncClient, study_id: int, trial_id: int, told: Outcome,
+                        attrs: dict[str, Any] | None = None) -> TrialView:
+    """Tell what the objective came to (with the user attributes it set); a value the server
+    refuses (422) is told failed, then raised."""
     value, state, reason = told
     try:
-        return await client.tell(study_id, trial_id, value, state=state, user_attrs=failed_attrs(reason))
+        return await client.tell(study_id, trial_id, value, state=state, user_attrs=failed_attrs(reason, attrs))
     except InvalidRequest as exc:
         if value is not None:
-            await _tell_failed_quietly(client, study_id, trial_id, fail_reason(exc))
+            await _tell_failed_quietly(client, study_id, trial_id, fail_reason(exc), attrs)
         raise
 
-async def _tell_failed_quietly(client: AsyncClient, study_id: int, trial_id: int, reason: str | None) -> None:
+async def _tell_failed_quietly(client: AsyncClient, study_id: int, trial_id: int, reason: str | None,
+                               attrs: dict[str, Any] | None = None) -> None:
     """Best effort: the objective's own error (or cancellation) is what propagates."""
     try:
-        await client.tell(study_id, trial_id, state="failed", user_attrs=failed_attrs(reason))
+        await client.tell(study_id, trial_id, state="failed", user_attrs=failed_attrs(reason, attrs))
     except (CaliboError, asyncio.CancelledError):
         pass
 

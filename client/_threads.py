@@ -9,50 +9,104 @@ Signals (``_signals.StopSignals``) and failures end every trial the run holds as
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import _endpoints as api
 from ._endpoints import StudyRef
 from ._optimize import (
-    Callback,
+    Options,
     Outcome,
     Reporter,
     Run,
     Running,
     TrialView,
     catchable,
-    check_arguments,
     ends_heartbeats,
     failed_attrs,
+    is_pruned,
     no_trial_error,
+    notifier,
     outcome,
     pruned_outcome,
+    running_on,
     wants_reporter,
     worker_id,
 )
+from ._progress import ProgressBar, require_tqdm
 from ._signals import StopSignals, fail_reason
-from .errors import CaliboError, InvalidRequest, TrialPruned
+from ._study import Study
+from ._suggest import StudySpace, SuggestTrial
+from .errors import CaliboError, InvalidRequest
 from .models import Trial
 
 if TYPE_CHECKING:
     from ._sync import Client, Objective
 
 
-def optimize(client: Client, study: StudyRef, objective: Objective, n_trials: int, n_workers: int,
-             catch: tuple[type[BaseException], ...], callback: Callback | None,
-             heartbeat_interval: float | None) -> list[TrialView]:
+@dataclass(frozen=True)
+class _Loop:
+    """What every worker of one run shares."""
+
+    client: Client
+    run: Run
+    running: Running
+    study_id: int
+    objective: Objective
+    catch: tuple[type[BaseException], ...]
+    space: StudySpace
+    handle: Study
+    with_reporter: bool
+
+
+def handle_of(client: Client, study: StudyRef, study_id: int) -> Study:
+    """The study handle callbacks and trials get: ``study`` itself when it is one, else a handle
+    on its view (a dict given) or on its id alone (``refresh()`` reads the view)."""
+    if isinstance(study, Study) and study.client is client:
+        return study
+    view = dict(study) if isinstance(study, dict) else {"id": study_id}
+    if isinstance(getattr(study, "view", None), dict):
+        view = dict(study.view)
+    return Study(client, view)
+
+
+def optimize(client: Client, study: StudyRef, objective: Objective, opts: Options) -> list[TrialView]:
     """``Client.optimize`` (its defaults and contract are there)."""
-    check_arguments(n_trials, n_workers, heartbeat_interval)
     study_id = api.study_id_of(study)
-    catch = tuple(catch)
-    run = Run(n_trials, callback)
+    handle = handle_of(client, study, study_id)
+    progress = None
+    if opts.show_progress_bar:
+        require_tqdm()  # before the first call: a clear ImportError
+        progress = ProgressBar(opts.n_trials, opts.timeout, _view_or_none(client, study_id))
+    try:
+        run = Run(opts.n_trials, notifier(opts, handle, study_id, progress), opts.timeout)
+        with running_on(handle, run):
+            return _optimize(client, run, study_id, handle, objective, opts)
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+def _view_or_none(client: Client, study_id: int) -> dict[str, object] | None:
+    """The study's view for the progress bar's best value; None if it cannot be read now."""
+    try:
+        return client.get_study(study_id)
+    except CaliboError:
+        return None
+
+
+def _optimize(client: Client, run: Run, study_id: int, handle: Study, objective: Objective,
+              opts: Options) -> list[TrialView]:
     running = Running()
+    space = StudySpace(handle.space, lambda: client.get_study(study_id).get("space"))
+    loop = _Loop(client, run, running, study_id, objective, opts.catch, space, handle,
+                 wants_reporter(objective))
     beating = threading.Event()
     pulse = None
-    if heartbeat_interval is not None and n_trials > 0:
+    if opts.heartbeat_interval is not None and opts.asks_any:
         pulse = threading.Thread(
             target=_heartbeats,
-            args=(client, study_id, running, heartbeat_interval, beating),
+            args=(client, study_id, running, opts.heartbeat_interval, beating),
             name="calibo-heartbeat",
             daemon=True,
         )
@@ -60,7 +114,7 @@ def optimize(client: Client, study: StudyRef, objective: Objective, n_trials: in
 
     def work(index: int, signals: StopSignals) -> None:
         try:
-            _work(client, run, running, study_id, objective, catch, worker_id(index), signals)
+            _work(loop, worker_id(index), signals)
         except BaseException as exc:  # raised by the calling thread
             run.fail(exc)
 
@@ -68,13 +122,13 @@ def optimize(client: Client, study: StudyRef, objective: Objective, n_trials: in
         # daemon: after Ctrl-C an objective still running must not keep the process alive
         threads = [
             threading.Thread(target=work, args=(i, signals), name=f"calibo-worker-{i}", daemon=True)
-            for i in range(1, n_workers)
+            for i in range(1, opts.n_workers)
         ]
         try:
             for thread in threads:
                 thread.start()
             try:
-                _work(client, run, running, study_id, objective, catch, worker_id(0), signals)
+                _work(loop, worker_id(0), signals)
             except Exception as exc:
                 run.fail(exc)
             for thread in threads:
@@ -98,47 +152,41 @@ def _stop(client: Client, run: Run, running: Running, study_id: int, reason: str
         _tell_failed_quietly(client, study_id, trial_id, reason)
     running.wait_calls()
 
-def _work(
-    client: Client,
-    run: Run,
-    running: Running,
-    study_id: int,
-    objective: Objective,
-    catch: tuple[type[BaseException], ...],
-    worker: str,
-    signals: StopSignals,
-) -> None:
-    with_reporter = wants_reporter(objective)
+def _work(loop: _Loop, worker: str, signals: StopSignals) -> None:
+    client, run, running, study_id = loop.client, loop.run, loop.running, loop.study_id
     while run.take():
         with signals.deferred():
             trial = _ask_into(client, running, study_id, worker)
         if trial is None:
             return
-        reporter = _reporter(client, study_id, trial) if with_reporter else None
+        reporter = _reporter(client, study_id, trial)
+        params = SuggestTrial(trial, loop.space, reporter, loop.handle)
         told: Outcome
         try:
-            if reporter is None:
-                result = objective(dict(trial.params))
+            if loop.with_reporter:
+                result = loop.objective(params, reporter)  # type: ignore[call-arg]
             else:
-                result = objective(dict(trial.params), reporter)
+                result = loop.objective(params)  # type: ignore[call-arg]
             told = outcome(result)
-        except TrialPruned:
-            told = (*pruned_outcome(reporter), None)
         except BaseException as exc:
-            if not catchable(exc, catch):
+            if is_pruned(exc):
+                told = (*pruned_outcome(reporter), None)
+            elif catchable(exc, loop.catch):
+                told = (None, "failed", fail_reason(exc))
+            else:
                 with signals.deferred():
                     if running.finish(trial.id):  # else the run was stopped and told it failed
                         try:
-                            _tell_failed_quietly(client, study_id, trial.id, fail_reason(exc))
+                            _tell_failed_quietly(client, study_id, trial.id, fail_reason(exc),
+                                                 params.told_attrs())
                         finally:
                             running.end_call()
                 raise
-            told = (None, "failed", fail_reason(exc))
         with signals.deferred():
             if not running.finish(trial.id):
                 return  # the run was stopped and its trials told failed meanwhile
             try:
-                view = _tell_outcome(client, study_id, trial.id, told)
+                view = _tell_outcome(client, study_id, trial.id, told, params.told_attrs())
             finally:
                 running.end_call()
         run.record(view)
@@ -159,14 +207,16 @@ def _ask_into(client: Client, running: Running, study_id: int, worker: str) -> T
     finally:
         running.end_call()
 
-def _tell_outcome(client: Client, study_id: int, trial_id: int, told: Outcome) -> TrialView:
-    """Tell what the objective came to; a value the server refuses (422) is told failed, then raised."""
+def _tell_outcome(client: Client, study_id: int, trial_id: int, told: Outcome,
+                  attrs: dict[str, object] | None = None) -> TrialView:
+    """Tell what the objective came to (with the user attributes it set); a value the server
+    refuses (422) is told failed, then raised."""
     value, state, reason = told
     try:
-        return client.tell(study_id, trial_id, value, state=state, user_attrs=failed_attrs(reason))
+        return client.tell(study_id, trial_id, value, state=state, user_attrs=failed_attrs(reason, attrs))
     except InvalidRequest as exc:
         if value is not None:
-            _tell_failed_quietly(client, study_id, trial_id, fail_reason(exc))
+            _tell_failed_quietly(client, study_id, trial_id, fail_reason(exc), attrs)
         raise
 
 def _reporter(client: Client, study_id: int, trial: Trial) -> Reporter:
@@ -175,10 +225,11 @@ def _reporter(client: Client, study_id: int, trial: Trial) -> Reporter:
 
     return Reporter(trial, send)
 
-def _tell_failed_quietly(client: Client, study_id: int, trial_id: int, reason: str | None) -> None:
+def _tell_failed_quietly(client: Client, study_id: int, trial_id: int, reason: str | None,
+                         attrs: dict[str, object] | None = None) -> None:
     """Best effort: the objective's own error is the one to raise."""
     try:
-        client.tell(study_id, trial_id, state="failed", user_attrs=failed_attrs(reason))
+        client.tell(study_id, trial_id, state="failed", user_attrs=failed_attrs(reason, attrs))
     except CaliboError:
         pass
 
