@@ -34,7 +34,7 @@ def _headers(who: str) -> dict[str, str]:
 
 def _operations(srv: LiveServer) -> list[tuple[str, str]]:
     spec = httpx.get(f"{srv.url}/openapi.json").json()
-    ops = [(m.upper(), p) for p, item in spec["paths"].items() for m in item if m in ("get", "post", "delete")]
+    ops = [(m.upper(), p) for p, item in spec["paths"].items() for m in item if m in ("get", "post", "put", "patch", "delete")]
     assert len(ops) >= 12, ops
     return ops
 
@@ -53,7 +53,8 @@ def _call(c: httpx.Client, method: str, path: str, who: str) -> httpx.Response:
             "POST /v1/studies/{study}/trials/{trial_id}/report": {"step": 1, "value": 1.0},
             "POST /v1/studies/{study}/enqueue": {"params": {"x1": 1.0}},
             "POST /v1/studies/{study}/trials": {"params": {"x1": 1.0, "x2": 2.0}, "value": 3.0},
-            "POST /v1/studies/{study}/copy": {"name": f"copy-{who}-{sid}"}}.get(f"{method} {path}")
+            "POST /v1/studies/{study}/copy": {"name": f"copy-{who}-{sid}"},
+            "PATCH /v1/studies/{study}/user_attrs": {"set": {"team": who}}}.get(f"{method} {path}")
     return c.request(method, url, json=body, headers=_headers(who))
 
 
