@@ -464,3 +464,11 @@ class Running:
         """The running trials to send a heartbeat for."""
         with self._cond:
             return sorted(self._ids - self._quiet)
+
+
+def handle_view(study: Any, study_id: int) -> dict[str, Any]:
+    """The view a new study handle for callbacks and trials starts from: ``study``'s own view when
+    it is a handle, the dict given, or its id alone (``refresh()`` reads the rest)."""
+    if isinstance(getattr(study, "view", None), dict):
+        return dict(study.view)
+    return dict(study) if isinstance(study, dict) else {"id": study_id}

@@ -25,6 +25,7 @@ from ._optimize import (
     catchable,
     ends_heartbeats,
     failed_attrs,
+    handle_view,
     is_coroutine_callable,
     is_pruned,
     no_trial_error,
@@ -57,10 +58,7 @@ def handle_of(client: AsyncClient, study: StudyRef, study_id: int) -> AsyncStudy
     """As ``_threads.handle_of``, for the async client: an :class:`AsyncStudy`."""
     if isinstance(study, AsyncStudy) and study.client is client:
         return study
-    view = dict(study) if isinstance(study, dict) else {"id": study_id}
-    if isinstance(getattr(study, "view", None), dict):
-        view = dict(study.view)
-    return AsyncStudy(client, view)
+    return AsyncStudy(client, handle_view(study, study_id))
 
 
 async def optimize(client: AsyncClient, study: StudyRef, objective: Objective, opts: Options) -> list[TrialView]:

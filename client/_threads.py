@@ -24,6 +24,7 @@ from ._optimize import (
     catchable,
     ends_heartbeats,
     failed_attrs,
+    handle_view,
     is_pruned,
     no_trial_error,
     notifier,
@@ -64,10 +65,7 @@ def handle_of(client: Client, study: StudyRef, study_id: int) -> Study:
     on its view (a dict given) or on its id alone (``refresh()`` reads the view)."""
     if isinstance(study, Study) and study.client is client:
         return study
-    view = dict(study) if isinstance(study, dict) else {"id": study_id}
-    if isinstance(getattr(study, "view", None), dict):
-        view = dict(study.view)
-    return Study(client, view)
+    return Study(client, handle_view(study, study_id))
 
 
 def optimize(client: Client, study: StudyRef, objective: Objective, opts: Options) -> list[TrialView]:
