@@ -92,7 +92,8 @@ def test_finds_branin_and_steps_grids() -> None:
 
 
 def test_calibration_state_replays_what_was_told() -> None:
-    from calibo.optuna._sampler import _Encoding, _get
+    from calibo.optuna._sampler import _get
+    from calibo.optuna._space import Encoding as _Encoding
 
     settings = {"conformalize_from": 8, "split_from": 12}
     sampler = CaliboSampler(seed=3, n_startup_trials=5, settings=settings)

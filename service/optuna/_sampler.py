@@ -3,10 +3,16 @@
 Optuna samplers are stateless between calls: everything this one needs is read
 from the study at each call.
 
-* **Relative search space**: the parameters every completed trial has with the
-  same distribution (``IntersectionSearchSpace``), less single-valued ones. The
-  rest (dynamic ranges, conditional parameters, ``low == high``) is sampled by
-  the independent sampler (random by default), as Optuna's GPSampler does.
+* **Relative search space**: learned from the completed trials (``_space.learn_space``):
+  every parameter with one distribution throughout, and for one that only some
+  trials hold (a define-by-run conditional parameter: ``gamma`` only for some
+  ``kernel``s), its condition: the parent and the parent values under which it
+  appears. The engine models that conditional space natively, and a trial's relative
+  sample holds exactly the parameters active under its parent values. What is left
+  (dynamic ranges, a parameter no parent explains, ``low == high``) is sampled by the
+  independent sampler (random by default), with a warning once the parameter has
+  been seen in a completed trial (a parameter seen for the first time has nothing to
+  learn from yet).
 * **Encoding**: a float stays a float (log where asked); a float or int with a
   step becomes the integer index of its grid, so the engine never proposes a
   value between steps; categorical choices are encoded by index.
@@ -46,8 +52,6 @@ import optuna
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
-    FloatDistribution,
-    IntDistribution,
 )
 from optuna.samplers import BaseSampler
 from optuna.study import Study, StudyDirection
@@ -59,79 +63,13 @@ from calibo.engine.limits import MAX_FEATURES, MAX_PARAMS
 from calibo.engine.multi import resolve as resolve_multi
 from calibo.engine.outcomes import check_directions
 
+from ._space import Encoding, LearnedSpace, learn_space, signature
+
 __all__ = ["CaliboSampler"]
 
 _log = optuna.logging.get_logger(__name__)
 _KEY = "calibo"  # prefix of the system attributes this sampler writes
 _CHUNK = 2045  # longest system-attribute string Optuna's own samplers write (RDB column sizes)
-
-
-# ------------------------------------------------------------------ encoding
-class _Encoding:
-    """Optuna distributions <-> a calibo search space (parameters named p0, p1, ...)."""
-
-    def __init__(self, search_space: dict[str, BaseDistribution]) -> None:
-        self.names = sorted(search_space)
-        self.dists = [search_space[n] for n in self.names]
-        spec: dict[str, dict[str, Any]] = {}
-        for i, d in enumerate(self.dists):
-            key = f"p{i}"
-            if isinstance(d, CategoricalDistribution):
-                spec[key] = {"type": "categorical", "choices": list(range(len(d.choices)))}
-            elif d.step is not None and not (isinstance(d, IntDistribution) and d.step == 1):
-                spec[key] = {"type": "int", "low": 0, "high": self._steps(d)}
-            elif isinstance(d, IntDistribution):
-                spec[key] = {"type": "int", "low": int(d.low), "high": int(d.high), "log": bool(d.log)}
-            else:
-                spec[key] = {"type": "float", "low": float(d.low), "high": float(d.high), "log": bool(d.log)}
-        self.space = SearchSpace.from_dict(spec)
-
-    @staticmethod
-    def _steps(d: FloatDistribution | IntDistribution) -> int:
-        return int(math.floor((d.high - d.low) / d.step + 1e-8))
-
-    def encode(self, params: dict[str, Any]) -> dict[str, Any] | None:
-        """A trial's parameters as calibo values; None when one is missing or outside its range."""
-        out = {}
-        for i, (name, d) in enumerate(zip(self.names, self.dists, strict=True)):
-            if name not in params:
-                return None
-            v = params[name]
-            try:
-                if isinstance(d, CategoricalDistribution):
-                    x: Any = int(d.to_internal_repr(v))
-                elif d.step is not None and not (isinstance(d, IntDistribution) and d.step == 1):
-                    x = int(round((float(v) - d.low) / d.step))
-                    if not 0 <= x <= self._steps(d):
-                        return None
-                else:
-                    x = int(v) if isinstance(d, IntDistribution) else float(v)
-                    if not d.low <= x <= d.high:
-                        return None
-            except (ValueError, TypeError):
-                return None
-            out[f"p{i}"] = x
-        return out
-
-    def decode(self, values: dict[str, Any]) -> dict[str, Any]:
-        """calibo values -> Optuna parameter values (plain Python int / float / choice)."""
-        out: dict[str, Any] = {}
-        for i, (name, d) in enumerate(zip(self.names, self.dists, strict=True)):
-            x = values[f"p{i}"]
-            if isinstance(d, CategoricalDistribution):
-                out[name] = d.choices[int(x)]
-            elif isinstance(d, IntDistribution):
-                out[name] = int(d.low + int(x) * d.step) if d.step != 1 else int(x)
-            elif d.step is not None:
-                out[name] = float(min(d.low + int(x) * d.step, d.high))
-            else:
-                out[name] = float(min(max(float(x), d.low), d.high))
-        return out
-
-
-def _signature(search_space: dict[str, BaseDistribution]) -> str:
-    return json.dumps([[n, optuna.distributions.distribution_to_json(search_space[n])]
-                       for n in sorted(search_space)])
 
 
 # ------------------------------------------------------- system attributes
@@ -231,7 +169,7 @@ class CaliboSampler(BaseSampler):
         self.config = replace(EngineConfig.from_dict(settings), **over)
         self._seed = int(np.random.SeedSequence(seed).generate_state(1)[0]) if seed is None else int(seed)
         self._independent = independent_sampler or optuna.samplers.RandomSampler(seed=seed)
-        self._intersection = optuna.search_space.IntersectionSearchSpace()
+        self._learned: dict[int, LearnedSpace] = {}  # per trial: the space its relative sample models
         self._warn = warn_independent_sampling
         self._lock = threading.RLock()
         self._fits: dict[tuple[int, str], tuple[tuple, Any]] = {}  # (study, space) -> (observed key, Snapshot)
@@ -243,7 +181,9 @@ class CaliboSampler(BaseSampler):
 
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         self._directions(study)
-        space = {n: d for n, d in self._intersection.calculate(study).items() if not d.single()}
+        complete = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True)
+        learned = learn_space(complete)
+        space = learned.distributions
         if not space:
             return {}
         features = sum(len(d.choices) if isinstance(d, CategoricalDistribution) else 1 for d in space.values())
@@ -251,6 +191,8 @@ class CaliboSampler(BaseSampler):
             _log.warning(f"CaliboSampler: {len(space)} parameters / {features} encoded features exceed the "
                          f"engine's bounds ({MAX_PARAMS} / {MAX_FEATURES}); sampling them independently.")
             return {}
+        with self._lock:
+            self._learned[trial._trial_id] = learned
         return space
 
     def sample_relative(self, study: Study, trial: FrozenTrial,
@@ -264,8 +206,10 @@ class CaliboSampler(BaseSampler):
 
     def _sample_relative(self, study: Study, trial: FrozenTrial,
                          search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        enc = _Encoding(search_space)
-        sig = _signature(search_space)
+        learned = self._learned.pop(trial._trial_id, None)
+        conditions = learned.conditions if learned is not None and learned.distributions == search_space else {}
+        enc = Encoding(search_space, conditions)
+        sig = signature(search_space, enc.conditions)
         directions = self._directions(study)
         direction, multi = directions[0], len(directions) > 1
         trials = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING,
@@ -309,11 +253,12 @@ class CaliboSampler(BaseSampler):
     def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
         if self._warn and trial.number > 0 and not param_distribution.single():
+            # a parameter no completed trial holds yet is being discovered, not modelled: no warning
             complete = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True)
-            if complete:
+            if any(param_name in t.params for t in complete):
                 _log.warning(f"The parameter '{param_name}' in trial#{trial.number} is sampled independently "
-                             f"by {type(self._independent).__name__} instead of CaliboSampler (a dynamic or "
-                             "conditional search space).")
+                             f"by {type(self._independent).__name__} instead of CaliboSampler (its range "
+                             "changes between trials, or no parent parameter explains when it appears).")
         return self._independent.sample_independent(study, trial, param_name, param_distribution)
 
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
@@ -349,7 +294,7 @@ class CaliboSampler(BaseSampler):
         self._fits[key] = (observed, snap)
         return snap
 
-    def _states(self, key: tuple[int, str], enc: _Encoding, complete: list[FrozenTrial],
+    def _states(self, key: tuple[int, str], enc: Encoding, complete: list[FrozenTrial],
                 constraint_keys: list[str] | None = None, m: int = 1) -> StudyState:
         """ACI/DtACI states (the first objective's; then each further objective's and each
         constraint's, the snapshot heads' order): ``adapt`` replayed over the completed trials in the
