@@ -144,3 +144,36 @@ def test_a_space_that_grows_mid_study_goes_on() -> None:
     # trials 0-9 lack y: learned as conditional on nothing, so left out until all hold it
     learned = learn_space(study.trials)
     assert "y" in learned.unexplained and learned.conditions["k"] == ("kind", ["b"])
+
+
+def test_a_child_appearing_under_a_new_parent_value_is_discovery_not_fallback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """``gamma`` first seen under rbf, then ``kernel`` takes sigmoid for the first time: gamma's
+    learned condition (rbf only) does not cover it yet, so it is drawn independently, unwarned."""
+
+    def objective(trial: Any) -> float:
+        kernel = trial.suggest_categorical("kernel", ["linear", "rbf", "poly", "sigmoid"])
+        loss = (math.log10(trial.suggest_float("C", 1e-3, 1e3, log=True)) - 1.0) ** 2
+        if kernel != "linear":
+            loss += (math.log10(trial.suggest_float("gamma", 1e-5, 1.0, log=True)) + 2.0) ** 2
+        if kernel == "poly":
+            loss += trial.suggest_int("degree", 2, 5)
+        return loss
+
+    branches_found = 0
+    for seed in (0, 1, 3):  # seeds whose warm-up meets a kernel for the first time after gamma is known
+        independent = CountingRandom(seed=seed)
+        study = optuna.create_study(sampler=CaliboSampler(seed=seed, independent_sampler=independent))
+        optuna.logging.enable_propagation()
+        try:
+            with caplog.at_level(logging.WARNING, logger="optuna"):
+                study.optimize(objective, n_trials=12)
+        finally:
+            optuna.logging.disable_propagation()
+        for number, name in independent.calls:
+            before = [t for t in study.trials[:number] if name in t.params]
+            kernel = study.trials[number].params["kernel"]
+            assert not any(t.params["kernel"] == kernel for t in before), (seed, number, name)
+            branches_found += bool(before)
+    assert branches_found >= 3  # the case arose: a known child under a parent value new to it
+    assert not [r for r in caplog.records if "sampled independently" in r.getMessage()]

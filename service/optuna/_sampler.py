@@ -11,8 +11,10 @@ from the study at each call.
   sample holds exactly the parameters active under its parent values. What is left
   (dynamic ranges, a parameter no parent explains, ``low == high``) is sampled by the
   independent sampler (random by default), with a warning once the parameter has
-  been seen in a completed trial (a parameter seen for the first time has nothing to
-  learn from yet).
+  been seen in a completed trial. Discovery is not warned of: a parameter no
+  completed trial holds yet, or a conditional one appearing under a parent value no
+  completed trial showed it with (``gamma`` the first time ``kernel`` is poly), has
+  nothing to learn from yet; the next trials model it.
 * **Encoding**: a float stays a float (log where asked); a float or int with a
   step becomes the integer index of its grid, so the engine never proposes a
   value between steps; categorical choices are encoded by index.
@@ -144,8 +146,15 @@ class CaliboSampler(BaseSampler):
         settings: any other ``EngineConfig`` setting (``adapter``, ``conformal``, ``n_levels``...).
         independent_sampler: samples what the relative search space leaves out
             (default ``RandomSampler(seed)``).
-        warn_independent_sampling: log a warning when a parameter of a trial after the
-            first is sampled independently.
+        warn_independent_sampling: log a warning when a parameter a completed trial already
+            holds is sampled independently (a dynamic range, a presence no parent explains), not
+            while a parameter or a conditional branch is being discovered.
+        url: a calibo server: the remote mode (``calibo.optuna._remote``). Each trial's relative
+            parameters are asked from the server and its result told there, so Optuna workers in
+            many processes and machines (RDB storage) share one surrogate fitted once per result,
+            one calibration state and the crowd-aware select; nothing is fitted in the process.
+        token: the server's API token (default ``$CALIBO_TOKEN``).
+        study_name: the server study's name prefix (default ``optuna-<Optuna study name>``).
 
     A multi-objective study (``optuna.create_study(directions=[...])``, 2 to 4 objectives) gets
     one calibrated surrogate per objective and the engine's multi-objective acquisition (EHVI for
@@ -163,6 +172,9 @@ class CaliboSampler(BaseSampler):
         settings: dict[str, Any] | None = None,
         independent_sampler: BaseSampler | None = None,
         warn_independent_sampling: bool = True,
+        url: str | None = None,
+        token: str | None = None,
+        study_name: str | None = None,
     ) -> None:
         over = {k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition),
                                   ("n_warmup", n_startup_trials)) if v is not None}
@@ -170,8 +182,18 @@ class CaliboSampler(BaseSampler):
         self._seed = int(np.random.SeedSequence(seed).generate_state(1)[0]) if seed is None else int(seed)
         self._independent = independent_sampler or optuna.samplers.RandomSampler(seed=seed)
         self._learned: dict[int, LearnedSpace] = {}  # per trial: the space its relative sample models
+        self._branches: dict[int, dict[str, BaseDistribution]] = {}  # per trial: its modelled conditional params
         self._warn = warn_independent_sampling
         self._lock = threading.RLock()
+        self._remote = None
+        if url is not None:
+            from ._remote import RemoteBackend
+
+            settings_sent = dict(settings or {})
+            if n_startup_trials is not None:
+                settings_sent["n_warmup"] = n_startup_trials
+            self._remote = RemoteBackend(url, token, study_name, seed, {
+                "surrogate": surrogate, "acquisition": acquisition, "settings": settings_sent or None})
         self._fits: dict[tuple[int, str], tuple[tuple, Any]] = {}  # (study, space) -> (observed key, Snapshot)
         self._adapted: dict[tuple, tuple[list[int], StudyState | None]] = {}  # replayed states per study + space
 
@@ -193,12 +215,18 @@ class CaliboSampler(BaseSampler):
             return {}
         with self._lock:
             self._learned[trial._trial_id] = learned
+            self._branches[trial._trial_id] = {n: space[n] for n in learned.conditions}
         return space
 
     def sample_relative(self, study: Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if not search_space:
             return {}
+        if self._remote is not None:
+            with self._lock:
+                learned = self._learned.pop(trial._trial_id, None)
+            conditions = learned.conditions if learned is not None and learned.distributions == search_space else {}
+            return self._remote.sample_relative(study, trial, search_space, conditions)
         # One sample at a time per sampler: a thread reads the trials after the others stored their
         # choices, so the threads of study.optimize(n_jobs=...) condition on each other's running trials.
         with self._lock:
@@ -252,8 +280,12 @@ class CaliboSampler(BaseSampler):
 
     def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
-        if self._warn and trial.number > 0 and not param_distribution.single():
-            # a parameter no completed trial holds yet is being discovered, not modelled: no warning
+        with self._lock:
+            branch = self._branches.get(trial._trial_id, {}).get(param_name)
+        if self._warn and trial.number > 0 and not param_distribution.single() and branch != param_distribution:
+            # Discovery, not a fallback, so no warning: a parameter no completed trial holds yet, or a
+            # modelled conditional one appearing under a parent value no completed trial showed it
+            # with (``gamma`` the first time ``kernel`` is poly); the next trials model both.
             complete = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True)
             if any(param_name in t.params for t in complete):
                 _log.warning(f"The parameter '{param_name}' in trial#{trial.number} is sampled independently "
@@ -262,10 +294,16 @@ class CaliboSampler(BaseSampler):
         return self._independent.sample_independent(study, trial, param_name, param_distribution)
 
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        if self._remote is not None:
+            self._remote.before_trial(study, trial)
         self._independent.before_trial(study, trial)
 
     def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
                     values: Sequence[float] | None) -> None:
+        if self._remote is not None:
+            self._remote.after_trial(study, trial, state, values)
+        with self._lock:
+            self._branches.pop(trial._trial_id, None)
         self._independent.after_trial(study, trial, state, values)
 
     # ------------------------------------------------------------ internals

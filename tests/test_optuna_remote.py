@@ -1,0 +1,153 @@
+"""CaliboSampler's remote mode: Optuna processes on one RDB study share one calibo server.
+
+Four separate processes run unchanged Optuna code (``optuna.load_study(...).optimize``) whose
+only calibo line is ``sampler=CaliboSampler(url=...)``; the server suggests every modelled
+trial, fits once per result at most, and the processes fit nothing (the engine's fit and
+select are made to raise in them).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+from calibo.optuna import CaliboSampler  # noqa: E402
+
+WORKER = textwrap.dedent('''
+    import math, sys
+    import optuna
+    import calibo.optuna._sampler as local
+    from calibo.optuna import CaliboSampler
+
+    def refuse(*a, **k):
+        raise AssertionError("the engine ran in a remote-mode worker")
+    local.fit = local.select = refuse  # the remote mode must not fit or select here
+
+    def objective(trial):
+        kind = trial.suggest_categorical("kind", ["a", "b"])
+        x = trial.suggest_float("x", -3.0, 3.0)
+        loss = (x - 1.0) ** 2
+        if kind == "b":
+            loss += trial.suggest_int("k", 0, 5) / 5
+        if trial.number % 17 == 5:
+            raise optuna.TrialPruned()
+        return loss
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    storage = optuna.storages.RDBStorage(sys.argv[1], engine_kwargs={"connect_args": {"timeout": 60}})
+    study = optuna.load_study(study_name="shared", storage=storage,
+                              sampler=CaliboSampler(url=sys.argv[2], n_startup_trials=6, seed=1))
+    study.optimize(objective, n_trials=int(sys.argv[3]))
+''')
+
+
+def _server_trials(url: str, prefix: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    with httpx.Client(base_url=url, timeout=30) as c:
+        studies = [s for s in c.get("/v1/studies", params={"limit": 1000}).json()["studies"]
+                   if s["name"].startswith(prefix)]
+        trials = []
+        for s in studies:
+            offset = 0
+            while True:
+                page = c.get(f"/v1/studies/{s['id']}/trials", params={"limit": 1000, "offset": offset}).json()
+                trials += [{**t, "study": s["id"]} for t in page["trials"]]
+                if len(page["trials"]) < 1000:
+                    break
+                offset += 1000
+        views = [c.get(f"/v1/studies/{s['id']}").json() for s in studies]
+    return views, trials
+
+
+def test_four_processes_share_one_server_study(server, tmp_path: Path) -> None:  # noqa: ANN001
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    optuna.create_study(study_name="shared", storage=storage)
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    procs = [subprocess.Popen([sys.executable, str(script), storage, server.url, "50"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(outs)
+
+    study = optuna.load_study(study_name="shared", storage=storage)
+    trials = study.trials
+    assert len(trials) == 200
+    states = Counter(t.state for t in trials)
+    assert states[optuna.trial.TrialState.RUNNING] == 0
+    remote = [t for t in trials if "calibo:remote" in t.system_attrs]
+    assert len(remote) >= 180  # all but the first trials, sampled before any trial completed
+    # 0 duplicate suggestions: the configurations the server handed out are distinct
+    suggested = [json.dumps(json.loads(t.system_attrs["calibo:remote"])["params"], sort_keys=True) for t in remote]
+    assert len(set(suggested)) == len(suggested)
+
+    views, told = _server_trials(server.url, "optuna-shared-")
+    by_id = {t["id"]: t for t in told}
+    for t in remote:  # every asked trial is told on the server, in its Optuna state, with its value
+        stored = json.loads(t.system_attrs["calibo:remote"])
+        on_server = by_id[stored["trial"]]
+        want = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}[t.state.name]
+        assert on_server["state"] == want, (t.number, on_server)
+        if t.state == optuna.trial.TrialState.COMPLETE:
+            assert on_server["value"] == pytest.approx(t.value)
+    # every completed Optuna trial is on the server's newest study, once (asked there or added)
+    newest = max(views, key=lambda v: v["id"])
+    numbers = Counter(t["user_attrs"].get("optuna_trial") for t in told
+                      if t["study"] == newest["id"] and t["state"] == "complete")
+    assert set(numbers) == {t.number for t in trials if t.state.name == "COMPLETE"}
+    assert max(numbers.values()) == 1
+    # one fit per result at most: fits (snapshot versions) against results the server holds
+    results = sum(1 for t in told if t["study"] == newest["id"] and t["state"] == "complete")
+    fits = newest["surrogate_status"]["snapshot_version"] or 0
+    print(f"remote: {len(remote)} asked, {len(set(suggested))} distinct, {results} results, {fits} fits")
+    assert 0 < fits <= results
+
+
+def test_enqueued_and_failed_trials_reach_the_server_as_they_ran(server, tmp_path: Path) -> None:  # noqa: ANN001
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    sampler = CaliboSampler(url=server.url, n_startup_trials=3, seed=0, study_name="enq")
+    study = optuna.create_study(study_name="enq", storage=storage, sampler=sampler)
+
+    def objective(trial: Any) -> float:
+        x = trial.suggest_float("x", 0.0, 1.0)
+        y = trial.suggest_int("y", 0, 9)
+        if trial.number == 7:
+            raise ValueError("boom")
+        return x + y
+
+    study.optimize(objective, n_trials=6)
+    study.enqueue_trial({"x": 0.25, "y": 3})
+    study.optimize(objective, n_trials=4, catch=(ValueError,))
+    _, told = _server_trials(server.url, "enq-")
+    newest = max(t["study"] for t in told)
+    on = [t for t in told if t["study"] == newest]
+    enqueued = [t for t in on if t["params"] == {"x": 0.25, "y": 3} and t["state"] == "complete"]
+    assert len(enqueued) == 1 and enqueued[0]["value"] == pytest.approx(3.25)
+    assert any(t["state"] == "failed" and t["user_attrs"].get("optuna_trial") == 7 for t in on)
+    # a new sampler (a restarted process) continues the same server study
+    again = optuna.load_study(study_name="enq", storage=storage,
+                              sampler=CaliboSampler(url=server.url, n_startup_trials=3, seed=0, study_name="enq"))
+    again.optimize(objective, n_trials=3)
+    _, after = _server_trials(server.url, "enq-")
+    assert max(t["study"] for t in after) == newest
+    assert len([t for t in after if t["study"] == newest]) == len(on) + 3
+
+
+def test_a_server_that_refuses_the_token_is_a_clear_error(tmp_path: Path) -> None:
+    from calibo import Client
+    from calibo.errors import CaliboError
+
+    sampler = CaliboSampler(url="http://127.0.0.1:9", token="t", n_startup_trials=2)
+    sampler._remote.client = Client("http://127.0.0.1:9", "t", retry_deadline=0.5)  # nothing listens: fail fast
+    study = optuna.create_study(sampler=sampler)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    with pytest.raises((CaliboError, httpx.HTTPError)):
+        study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
