@@ -270,6 +270,9 @@ class AsyncClient:
     async def calibration(self, study_id: StudyRef) -> dict[str, Any]:
         return await self._run(api.calibration(study_id))
 
+    async def importance(self, study_id: StudyRef, objective: int = 0) -> dict[str, Any]:
+        return await self._run(api.importance(study_id, objective))
+
     # ------------------------------------------------------------ the loop
     async def optimize(
         self,

@@ -369,6 +369,11 @@ def calibration(study_id: StudyRef) -> Call[dict[str, Any]]:
     return Call("GET", f"{_study(study_id)}/calibration", json_object, params=_study_query(study_id))
 
 
+def importance(study_id: StudyRef, objective: int = 0) -> Call[dict[str, Any]]:
+    params = {**(_study_query(study_id) or {}), **({"objective": objective} if objective else {})}
+    return Call("GET", f"{_study(study_id)}/importance", json_object, params=params or None)
+
+
 def next_offset(page: dict[str, Any], offset: int, key: str = "trials") -> int | None:
     """Where the page after ``page`` (asked at ``offset``) starts, or None at the end."""
     items = page.get(key) or []

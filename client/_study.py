@@ -198,6 +198,10 @@ class Study(_Handle):
         (per objective under ``objectives`` in a multi-objective study)."""
         return self.client.calibration(self.id)
 
+    def importance(self, objective: int = 0) -> dict[str, Any]:
+        """Each parameter's importance with its bootstrap band (see :meth:`Client.importance`)."""
+        return self.client.importance(self.id, objective)
+
     def delete(self) -> None:
         """Delete the study and its trials on the server."""
         self.client.delete_study(self.id)
@@ -313,6 +317,9 @@ class AsyncStudy(_Handle):
 
     async def calibration(self) -> dict[str, Any]:
         return await self.client.calibration(self.id)
+
+    async def importance(self, objective: int = 0) -> dict[str, Any]:
+        return await self.client.importance(self.id, objective)
 
     async def delete(self) -> None:
         await self.client.delete_study(self.id)

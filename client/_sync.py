@@ -297,6 +297,12 @@ class Client:
         """Per-trial prediction against outcome, coverage, breach rate, width and alpha trajectory."""
         return self._run(api.calibration(study_id))
 
+    def importance(self, study_id: StudyRef, objective: int = 0) -> dict[str, Any]:
+        """Each parameter's importance from a surrogate fitted on the completed trials:
+        ``{"importances": [{"param", "importance", "low", "high"}...], "fit": {"r2_oob"}, ...}``
+        (see ``GET /v1/studies/{study}/importance``); :class:`~calibo.Conflict` before 4 results."""
+        return self._run(api.importance(study_id, objective))
+
     # ------------------------------------------------------------ the loop
     def optimize(
         self,

@@ -261,6 +261,20 @@ def curves(
     return {"curves": list(out.values()), "total": total, "limit": limit, "offset": offset}
 
 
+@router.get("/studies/{study}/importance", tags=["calibration"],
+            summary="Each parameter's importance, from a surrogate fitted on the completed trials",
+            description="A first-order functional-ANOVA decomposition of a quantile-GBM surrogate fitted on "
+            "the study's completed trials (`objective`: which objective of a multi-objective study): "
+            "`importances` (most important first) holds each parameter's share of the model's variance "
+            "(`importance`, summing to 1) and its 10th-90th percentile band over 8 bootstrap refits "
+            "(`low`, `high`); `fit.r2_oob` is the refits' out-of-bag R^2 (near 0 or below: the model "
+            "explains little and the importances describe noise). Cached until the next result; 409 "
+            "`not_enough_trials` before 4 completed trials.")
+def importance(study: StudyRef, svc: Svc, by: By = None,
+               objective: Annotated[int, Query(ge=0, le=3, description="objective index")] = 0) -> dict[str, Any]:
+    return svc.importance(_resolve(svc, study, by), objective)
+
+
 @router.get("/studies/{study}/calibration", tags=["calibration"],
             summary="Prediction at ask vs outcome, coverage, breach rate, width, alpha trajectory",
             description="`trials`: for each completed trial that had a prediction, its intervals "

@@ -35,6 +35,7 @@ from .definitions import (
     definition_differences,
     migrated,
 )
+from .importance import ImportanceCache
 from .outcomes import check_constraints, check_outcome
 from .pareto import pareto as pareto_of
 from .reports import report
@@ -65,6 +66,7 @@ class StudyService(AskSteps, TellSteps, AddedTrials):
         self.storage = storage
         self.fits = fits
         self._defs: dict[int, StudyDef] = {}
+        self._importance = ImportanceCache()
         self._finished: dict[int, tuple[int, set[bytes]]] = {}
         self._snapshots: OrderedDict[tuple[int, int], Snapshot] = OrderedDict()
         self._cache_lock = threading.Lock()
@@ -303,6 +305,9 @@ class StudyService(AskSteps, TellSteps, AddedTrials):
             self.metrics.reports.inc()
             self.metrics.pruned.inc(prune)
         return prune
+
+    def importance(self, study_id: int, objective: int = 0) -> dict[str, Any]:
+        return self._importance.get(self.storage, study_id, objective)
 
     # --------------------------------------------------------- calibration
     def calibration(self, study_id: int, window: int = 20) -> dict[str, Any]:
