@@ -333,7 +333,7 @@
     if (id === state.studyId) return;
     state.studyId = id;
     if (id != null) state.notice = null;
-    Object.assign(state, { study: null, calibration: null, trials: [], curves: [], pair: null,
+    Object.assign(state, { study: null, calibration: null, importance: null, trials: [], curves: [], pair: null,
       log: { best: null, calibration: null, curves: null } });
     for (const name of Object.keys(charts)) destroyChart(name);
     $("#study").hidden = id == null;
@@ -367,7 +367,49 @@
       throw e;
     }
     if (study.directions) pareto = await api(`/studies/${id}/pareto`);
-    return { study, calibration, trials, curves, pareto };
+    const importance = await loadImportance(id, study);
+    return { study, calibration, trials, curves, pareto, importance };
+  }
+
+  // the server caches it per set of results; read it again only when the completed count changes
+  async function loadImportance(id, study) {
+    const key = `${id}:${study.trials.complete}`;
+    if (state.importance && state.importance.key === key) return state.importance;
+    try {
+      return { key, body: await api(`/studies/${id}/importance`) };
+    } catch (e) {
+      if (e.status === 409 || e.status === 422) return { key, note: "needs at least 4 completed trials" };
+      throw e;
+    }
+  }
+
+  function drawImportance() {
+    const imp = state.importance;
+    const panel = $('[data-panel="importance"]');
+    const box = panel.querySelector(".importance");
+    const rows = imp && imp.body ? imp.body.importances : [];
+    panel.dataset.params = String(rows.length);
+    if (!rows.length) {
+      box.replaceChildren(h("p", { class: "muted" }, (imp && imp.note) || "—"));
+      return;
+    }
+    const pctOf = (v) => `${Math.max(0, Math.min(100, 100 * v)).toFixed(1)}%`;
+    // sized through the CSSOM: the page's policy refuses inline style attributes
+    const sized = (cls, left, width) => {
+      const el = h("span", { class: cls });
+      el.style.left = left;
+      el.style.width = width;
+      return el;
+    };
+    const r2 = imp.body.fit && imp.body.fit.r2_oob;
+    box.replaceChildren(
+      ...rows.map((p) => h("div", { class: "imp-row", dataset: { param: p.param } },
+        h("span", { class: "imp-name" }, p.param),
+        h("span", { class: "imp-track" },
+          sized("imp-band", pctOf(p.low), pctOf(p.high - p.low)),
+          sized("imp-bar", "0%", pctOf(p.importance))),
+        h("span", { class: "imp-value" }, fmt(p.importance, 2)))),
+      h("p", { class: "muted" }, `${imp.body.n_trials} trials; out-of-bag R² of the model ${r2 == null ? "—" : fmt(r2, 2)}`));
   }
 
   function fact(label, value, attrs = {}) {
@@ -409,6 +451,9 @@
     if (origins.length) facts.push(fact("not asked", origins.map(([o, n]) => `${n} ${o}`).join(", "),
       { dataset: { fact: "origins" } }));
     if (s.adaptive) facts.push(fact("adapter", s.adaptive.adapter));
+    const attrs = Object.entries(s.user_attrs || {});
+    if (attrs.length) facts.push(fact("user attrs", attrs.map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
+      .join(", "), { dataset: { fact: "user_attrs" } }));
     if (cal && cal.summary && cal.summary.n) {
       const cov = cal.summary.coverage.map((c, i) => `${pct(cal.nominal[i])}→${fmt(c, 2)}`).join(" · ");
       facts.push(fact(`coverage (${cal.summary.n} predicted)`, cov, { title: "nominal → observed coverage" }));
@@ -431,6 +476,7 @@
     drawCoverage("rolling", "rolling_coverage");
     drawAlpha();
     drawParams();
+    drawImportance();
     drawCurves();
   }
 
