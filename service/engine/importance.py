@@ -6,13 +6,17 @@ independently (``SearchSpace.sample``: scrambled Sobol, conditions applied), the
 effect of parameter ``j`` is ``Var(E[f | x_j]) / Var(f)``: the share of the model's variance that
 ``x_j`` alone explains (Sobol' first-order index; fANOVA's main effect). It is estimated on
 ``n_points`` model predictions by binning ``x_j`` (a categorical by choice, a number by ``bins``
-equal-width bins, an inactive conditional parameter as its own bin), less the share the bins
-would explain by chance, ``(K - 1) / (n - 1)`` of the rest. The shares are normalised to sum to 1,
-as Optuna's evaluators do.
+equal-width bins), less the share the bins would explain by chance, ``(K - 1) / (n - 1)`` of the
+rest. A conditional parameter counts only where it is active: its share is the between-bin
+variance among the points where it is active, weighted by their fraction (``P(active)
+Var(E[f | x_j, active]) / Var(f)``), so the effect of the parent that switches it on stays with
+the parent. The shares are normalised to sum to 1, as Optuna's evaluators do.
 
 Uncertainty: the model is refitted on ``n_boot`` bootstrap resamples of the trials; ``low`` and
 ``high`` are the 10th and 90th percentiles of each parameter's normalised share over those refits
-(how much the ranking rests on which trials happened to be observed), and ``fit.r2_oob`` is the
+(how much the ranking rests on which trials happened to be observed), stretched where needed to
+hold the estimate itself (a refit sees about 63% of the distinct trials, so its shares are more
+diffuse than the full fit's and a sharp estimate can fall outside their spread), and ``fit.r2_oob`` is the
 out-of-bag R^2 of the refits' predictions (how far the model, and so its decomposition, can be
 trusted: near 0 or below, the importances describe noise).
 """
@@ -50,7 +54,7 @@ class Importance:
 
 
 def _bins(space: SearchSpace, u: np.ndarray, bins: int) -> list[np.ndarray]:
-    """Per parameter, each point's bin index (inactive: its own bin)."""
+    """Per parameter, each point's bin index (-1 where the parameter is inactive)."""
     out = []
     for j, p in enumerate(space.params):
         col = u[:, j]
@@ -64,18 +68,25 @@ def _bins(space: SearchSpace, u: np.ndarray, bins: int) -> list[np.ndarray]:
 
 
 def _shares(f: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
-    """First-order variance share of each grouping of the points, less its chance share."""
+    """First-order variance share of each grouping of the points, less its chance share; a
+    grouping's points in group -1 (the parameter inactive) are left out and the share among the
+    rest is weighted by their part of the total variance."""
     n = f.size
     var = f.var()
     out = np.zeros(len(groups))
     if not var > 0:
         return out
     for j, g in enumerate(groups):
-        _, inv, counts = np.unique(g, return_inverse=True, return_counts=True)
-        means = np.bincount(inv, weights=f) / counts
-        s = float((counts * (means - f.mean()) ** 2).sum() / (n * var))
+        on = g >= 0
+        fa, ga = f[on], g[on]
+        va = fa.var() if fa.size > 1 else 0.0
+        if not va > 0:
+            continue
+        _, inv, counts = np.unique(ga, return_inverse=True, return_counts=True)
+        means = np.bincount(inv, weights=fa) / counts
+        s = float((counts * (means - fa.mean()) ** 2).sum() / (fa.size * va))
         k = counts.size
-        out[j] = max(0.0, s - (k - 1) / (n - 1) * (1.0 - s))
+        out[j] = max(0.0, s - (k - 1) / (fa.size - 1) * (1.0 - s)) * fa.size * va / (n * var)
     return out
 
 
@@ -115,7 +126,8 @@ def importance(observations: Sequence[tuple[dict[str, Any], float]], space: Sear
     S = np.asarray(shares)  # (n_boot, P); row 0: the fit on every trial
     r2 = None if oob_n == 0 else float(1.0 - oob_sq / oob_n)  # y is standardised: its variance is 1
     params = [{"param": p.name, "importance": float(S[0, j]),
-               "low": float(np.percentile(S[:, j], 10)), "high": float(np.percentile(S[:, j], 90)),
+               "low": float(min(S[0, j], np.percentile(S[:, j], 10))),
+               "high": float(max(S[0, j], np.percentile(S[:, j], 90))),
                "shares": [float(x) for x in S[:, j]]}
               for j, p in enumerate(space.params)]
     params.sort(key=lambda d: (-d["importance"], d["param"]))
