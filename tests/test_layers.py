@@ -33,7 +33,7 @@ STACK = ["entry", "api", "studies", "workers", "metrics", "storage", "base", "en
 PACKAGES = {
     "calibo": "client",  # client/: Client, AsyncClient over httpx
     "calibo.engine": "engine",  # pure computation: numpy, scipy, scikit-learn, lightgbm, torch
-    "calibo.optuna": "optuna",  # CaliboSampler: an adapter on the engine
+    "calibo.optuna": "optuna",  # CaliboSampler: an adapter on the engine, or (remote mode) on the client
     "calibo.server": None,  # the server's top-level modules are placed one by one (MODULES)
     "calibo.server.api": "api",
     "calibo.server.dashboard": "api",
@@ -57,7 +57,7 @@ MODULES = {
 # stand beside the server (the server may read the client's __version__)
 ALLOWED = {layer: {layer, *STACK[i + 1:]} | ({"client"} if layer != "engine" else set())
            for i, layer in enumerate(STACK)}
-ALLOWED["optuna"] = {"optuna", "engine"}
+ALLOWED["optuna"] = {"optuna", "engine", "client"}  # the remote mode talks to a server through the client
 ALLOWED["client"] = {"client"}
 
 

@@ -88,6 +88,10 @@ def test_four_processes_share_one_server_study(server, tmp_path: Path) -> None: 
     # 0 duplicate suggestions: the configurations the server handed out are distinct
     suggested = [json.dumps(json.loads(t.system_attrs["calibo:remote"])["params"], sort_keys=True) for t in remote]
     assert len(set(suggested)) == len(suggested)
+    # and no two Optuna trials ran the same configuration (the random first trials included: the
+    # processes share a seed, their independent draws are seeded per trial)
+    ran = [json.dumps(t.params, sort_keys=True) for t in trials]
+    assert len(set(ran)) == len(ran)
 
     views, told = _server_trials(server.url, "optuna-shared-")
     by_id = {t["id"]: t for t in told}
@@ -151,3 +155,27 @@ def test_a_server_that_refuses_the_token_is_a_clear_error(tmp_path: Path) -> Non
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
     with pytest.raises((CaliboError, httpx.HTTPError)):
         study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+
+
+def test_a_wrong_token_is_a_clear_error_and_the_right_one_works(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import LiveServer
+
+    from calibo.errors import Unauthorized
+
+    srv = LiveServer(f"sqlite:///{tmp_path / 'calibo.db'}", api_tokens="good").start()
+    try:
+        def objective(trial: Any) -> float:
+            return trial.suggest_float("x", 0, 1)
+
+        wrong = optuna.create_study(sampler=CaliboSampler(url=srv.url, token="bad", n_startup_trials=2))
+        wrong.optimize(objective, n_trials=1)  # nothing to model yet: no server call
+        with pytest.raises(Unauthorized) as err:
+            wrong.optimize(objective, n_trials=1)
+        assert err.value.status == 401
+        monkeypatch.setenv("CALIBO_TOKEN", "good")  # the token from the environment
+        right = optuna.create_study(sampler=CaliboSampler(url=srv.url, n_startup_trials=2, study_name="tok"))
+        right.optimize(objective, n_trials=3)
+        assert all("calibo:remote" in t.system_attrs for t in right.trials[1:])
+    finally:
+        srv.stop()

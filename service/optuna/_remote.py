@@ -10,7 +10,11 @@ crowd-aware select (a trial asked by any process is pending for every other).
   completed trials, with their conditions), a calibo study named after the Optuna study and the
   space's signature, created idempotently by whichever process needs it first, with the real
   parameter names. A categorical keeps its choices; a stepped float or int is the index of its
-  grid; the engine settings given to the sampler are the study's settings.
+  grid; the engine settings given to the sampler are the study's settings, and its seed mixed with
+  the space's signature is the study's seed (a new space's warm-start points are not the old ones).
+* **Independent draws** (the first trials, parameters no completed trial holds yet): seeded per
+  Optuna trial and parameter (``TrialSeededRandom``), so processes sharing a seed draw distinct
+  values, unless the sampler was given its own ``independent_sampler``.
 * **Ask**: one trial per Optuna trial, with the Idempotency-Key ``optuna-<trial number>`` (a
   restarted process asking again for the same trial gets the same suggestion) and the Optuna
   trial number in its ``user_attrs`` (``optuna_trial``). The server's trial id is kept in the
@@ -42,6 +46,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.samplers import RandomSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
@@ -50,7 +55,7 @@ from calibo.errors import CaliboError
 
 from ._space import Encoding, signature
 
-__all__ = ["RemoteBackend"]
+__all__ = ["RemoteBackend", "TrialSeededRandom"]
 
 _ATTR = "calibo:remote"  # the Optuna trial's system attribute: {"study", "trial", "params"}
 _OWNER = "calibo:worker"  # the process (host-pid) that ran the Optuna trial
@@ -100,6 +105,27 @@ class _Wire:
         return self.enc.decode(coded)
 
 
+class TrialSeededRandom(RandomSampler):
+    """Random sampling seeded by (seed, Optuna study, trial number, parameter).
+
+    The independent sampler of the remote mode: processes that share a sampler seed draw distinct
+    values for their trials (a process-wide ``RandomSampler(seed)`` would draw the same values for
+    each process's first trial), and one trial's values stay reproducible.
+    """
+
+    def __init__(self, seed: int | None) -> None:
+        super().__init__(seed=seed)
+        self._base = seed
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        if self._base is None:
+            return super().sample_independent(study, trial, param_name, param_distribution)
+        key = f"{self._base}-{study.study_name}-{trial.number}-{param_name}"
+        one = RandomSampler(seed=int(hashlib.sha1(key.encode()).hexdigest()[:8], 16))
+        return one.sample_independent(study, trial, param_name, param_distribution)
+
+
 def _value_of(trial: FrozenTrial, state: TrialState, values: Sequence[float] | None) -> Any:
     if state == TrialState.COMPLETE and values is not None:
         return [float(v) for v in values] if len(values) > 1 else float(values[0])
@@ -144,7 +170,10 @@ class RemoteBackend:
             kw["directions"] = directions
         else:
             kw["direction"] = directions[0]
-        view = self.client.create_study(name, wire.spec, seed=self.seed, **kw, user_attrs={
+        # a seed of its own per space: a new server study's warm-start sequence must not replay the
+        # points the previous space's study already handed out
+        seed = None if self.seed is None else int(hashlib.sha1(f"{self.seed}-{sig}".encode()).hexdigest()[:7], 16)
+        view = self.client.create_study(name, wire.spec, seed=seed, **kw, user_attrs={
             "optuna_study": study.study_name}).view
         sid = int(view["id"])
         self._sync_history(study, sid, wire)

@@ -187,8 +187,10 @@ class CaliboSampler(BaseSampler):
         self._lock = threading.RLock()
         self._remote = None
         if url is not None:
-            from ._remote import RemoteBackend
+            from ._remote import RemoteBackend, TrialSeededRandom
 
+            if independent_sampler is None:  # processes sharing a seed must not draw the same values
+                self._independent = TrialSeededRandom(seed)
             settings_sent = dict(settings or {})
             if n_startup_trials is not None:
                 settings_sent["n_warmup"] = n_startup_trials
