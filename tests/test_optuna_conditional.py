@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -44,6 +46,17 @@ class CountingRandom(optuna.samplers.RandomSampler):
     def sample_independent(self, study, trial, param_name, param_distribution):  # noqa: ANN001
         self.calls.append((trial.number, param_name))
         return super().sample_independent(study, trial, param_name, param_distribution)
+
+
+@contextmanager
+def optuna_warnings(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Optuna's warnings, in ``caplog`` (Optuna's logger does not propagate by default)."""
+    optuna.logging.enable_propagation()
+    try:
+        with caplog.at_level(logging.WARNING, logger="optuna"):
+            yield
+    finally:
+        optuna.logging.disable_propagation()
 
 
 def _random_study(n: int, seed: int = 0) -> optuna.Study:
@@ -90,12 +103,8 @@ def test_conditional_parameters_are_modelled_without_fallback(caplog: pytest.Log
     independent = CountingRandom(seed=0)
     sampler = CaliboSampler(seed=0, n_startup_trials=8, independent_sampler=independent)
     study = optuna.create_study(sampler=sampler)
-    optuna.logging.enable_propagation()
-    try:
-        with caplog.at_level(logging.WARNING, logger="optuna"):
-            study.optimize(svc_like, n_trials=30)
-    finally:
-        optuna.logging.disable_propagation()
+    with optuna_warnings(caplog):
+        study.optimize(svc_like, n_trials=30)
     assert not [r for r in caplog.records if "sampled independently" in r.getMessage()]
     # independent draws only while a parameter is being discovered (no completed trial holds it)
     first_seen: dict[str, int] = {}
@@ -117,12 +126,8 @@ def test_a_real_fallback_still_warns(caplog: pytest.LogCaptureFixture) -> None:
         return x + trial.suggest_float("dyn", 0, 1 + trial.number % 2)
 
     study = optuna.create_study(sampler=CaliboSampler(seed=0, n_startup_trials=3))
-    optuna.logging.enable_propagation()
-    try:
-        with caplog.at_level(logging.WARNING, logger="optuna"):
-            study.optimize(objective, n_trials=6)
-    finally:
-        optuna.logging.disable_propagation()
+    with optuna_warnings(caplog):
+        study.optimize(objective, n_trials=6)
     assert any("'dyn'" in r.getMessage() and "sampled independently" in r.getMessage() for r in caplog.records)
 
 
@@ -164,12 +169,8 @@ def test_a_child_appearing_under_a_new_parent_value_is_discovery_not_fallback(
     for seed in (0, 1, 3):  # seeds whose warm-up meets a kernel for the first time after gamma is known
         independent = CountingRandom(seed=seed)
         study = optuna.create_study(sampler=CaliboSampler(seed=seed, independent_sampler=independent))
-        optuna.logging.enable_propagation()
-        try:
-            with caplog.at_level(logging.WARNING, logger="optuna"):
-                study.optimize(objective, n_trials=12)
-        finally:
-            optuna.logging.disable_propagation()
+        with optuna_warnings(caplog):
+            study.optimize(objective, n_trials=12)
         for number, name in independent.calls:
             before = [t for t in study.trials[:number] if name in t.params]
             kernel = study.trials[number].params["kernel"]
