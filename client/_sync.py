@@ -300,7 +300,8 @@ class Client:
     def importance(self, study_id: StudyRef, objective: int = 0) -> dict[str, Any]:
         """Each parameter's importance from a surrogate fitted on the completed trials:
         ``{"importances": [{"param", "importance", "low", "high"}...], "fit": {"r2_oob"}, ...}``
-        (see ``GET /v1/studies/{study}/importance``); :class:`~calibo.Conflict` before 4 results."""
+        (see ``GET /v1/studies/{study}/importance``); before 4 results ``importances`` is empty and
+        ``reason`` says why."""
         return self._run(api.importance(study_id, objective))
 
     # ------------------------------------------------------------ the loop

@@ -13,7 +13,7 @@ import pytest
 from conftest import LiveServer, backend_server, unique
 from test_api import ask, tell
 
-from calibo import Client, Conflict
+from calibo import Client
 from calibo.engine.importance import MIN_TRIALS, importance
 from calibo.engine.space import SearchSpace
 
@@ -150,7 +150,7 @@ def test_route_answers_caches_and_a_tell_invalidates(http: httpx.Client, srv: Li
 def test_route_errors(http: httpx.Client) -> None:
     sid = _study(http, 2)
     r = http.get(f"/v1/studies/{sid}/importance")
-    assert r.status_code == 409 and r.json()["error"]["code"] == "not_enough_trials"
+    assert r.status_code == 200 and r.json()["importances"] == [] and "at least 4" in r.json()["reason"]
     r = http.get("/v1/studies/987654321/importance")
     assert r.status_code == 404 and r.json()["error"]["field"] == "study"
     r = http.get(f"/v1/studies/{sid}/importance", params={"objective": 1})
@@ -173,8 +173,9 @@ def test_client_importance(srv: LiveServer, http: httpx.Client) -> None:
         assert c.importance(sid)["importances"][0]["param"] == "x"
         assert c.load_study(sid).importance()["n_trials"] == 30
     small = _study(http, 1)
-    with Client(srv.url, token="w-token") as c, pytest.raises(Conflict):
-        c.importance(small)
+    with Client(srv.url, token="w-token") as c:
+        early = c.importance(small)
+        assert early["importances"] == [] and early["n_trials"] == 1 and early["reason"]
 
 
 def test_a_conditional_parameter_does_not_take_its_parents_effect() -> None:

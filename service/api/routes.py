@@ -268,8 +268,8 @@ def curves(
             "`importances` (most important first) holds each parameter's share of the model's variance "
             "(`importance`, summing to 1) and its 10th-90th percentile band over 8 bootstrap refits "
             "(`low`, `high`); `fit.r2_oob` is the refits' out-of-bag R^2 (near 0 or below: the model "
-            "explains little and the importances describe noise). Cached until the next result; 409 "
-            "`not_enough_trials` before 4 completed trials.")
+            "explains little and the importances describe noise). Cached until the next result. Before 4 completed "
+            "trials `importances` is empty and `reason` says why.")
 def importance(study: StudyRef, svc: Svc, by: By = None,
                objective: Annotated[int, Query(ge=0, le=3, description="objective index")] = 0) -> dict[str, Any]:
     return svc.importance(_resolve(svc, study, by), objective)

@@ -12,7 +12,7 @@ from typing import Any
 from calibo.engine.importance import MIN_TRIALS, importance
 from calibo.engine.study import StudySpec
 
-from ..errors import Conflict, InvalidRequest, NotFound
+from ..errors import InvalidRequest, NotFound
 from ..storage import Storage
 
 __all__ = ["ImportanceCache"]
@@ -43,9 +43,10 @@ class ImportanceCache:
             if hit is not None and hit[0] == key:
                 self._answers.move_to_end((study_id, objective))
                 return {**hit[1], "cached": True}
-        if len(obs) < MIN_TRIALS:
-            raise Conflict(f"importance needs at least {MIN_TRIALS} completed trials; the study has {len(obs)}",
-                           code="not_enough_trials")
+        if len(obs) < MIN_TRIALS:  # nothing to decompose yet: an answer, not an error (dashboards poll it)
+            return {"importances": [], "n_trials": len(obs), "objective": objective, "method": None, "fit": None,
+                    "seconds": 0.0, "computed_at": None, "cached": False,
+                    "reason": f"importance needs at least {MIN_TRIALS} completed trials; the study has {len(obs)}"}
         result = importance(obs, spec.space, seed=spec.seed).to_dict()
         for p in result["importances"]:
             p.pop("shares", None)

@@ -375,12 +375,8 @@
   async function loadImportance(id, study) {
     const key = `${id}:${study.trials.complete}`;
     if (state.importance && state.importance.key === key) return state.importance;
-    try {
-      return { key, body: await api(`/studies/${id}/importance`) };
-    } catch (e) {
-      if (e.status === 409 || e.status === 422) return { key, note: "needs at least 4 completed trials" };
-      throw e;
-    }
+    const body = await api(`/studies/${id}/importance`);
+    return { key, body, note: body.reason };
   }
 
   function drawImportance() {
