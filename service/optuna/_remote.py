@@ -70,9 +70,9 @@ class _Wire:
         self.enc = Encoding(distributions, conditions)
         self.index = {n: i for i, n in enumerate(self.enc.names)}
         self.spec: dict[str, dict[str, Any]] = {}
+        params = {q.name: q for q in self.enc.space.params}
         for i, (name, d) in enumerate(zip(self.enc.names, self.enc.dists, strict=True)):
-            p = self.enc.space.params[[q.name for q in self.enc.space.params].index(f"p{i}")]
-            item = p.to_dict()
+            item = params[f"p{i}"].to_dict()
             item.pop("condition", None)
             if isinstance(d, CategoricalDistribution):
                 item["choices"] = list(d.choices)

@@ -225,20 +225,22 @@ class CaliboSampler(BaseSampler):
         if not search_space:
             return {}
         if self._remote is not None:
-            with self._lock:
-                learned = self._learned.pop(trial._trial_id, None)
-            conditions = learned.conditions if learned is not None and learned.distributions == search_space else {}
-            return self._remote.sample_relative(study, trial, search_space, conditions)
+            return self._remote.sample_relative(study, trial, search_space, self._conditions(trial, search_space))
         # One sample at a time per sampler: a thread reads the trials after the others stored their
         # choices, so the threads of study.optimize(n_jobs=...) condition on each other's running trials.
         with self._lock:
             return self._sample_relative(study, trial, search_space)
 
+    def _conditions(self, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        """The conditions learned for ``trial``'s relative space (taken: once per trial), or none when
+        Optuna passed another space than the one learned."""
+        with self._lock:
+            learned = self._learned.pop(trial._trial_id, None)
+        return learned.conditions if learned is not None and learned.distributions == search_space else {}
+
     def _sample_relative(self, study: Study, trial: FrozenTrial,
                          search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        learned = self._learned.pop(trial._trial_id, None)
-        conditions = learned.conditions if learned is not None and learned.distributions == search_space else {}
-        enc = Encoding(search_space, conditions)
+        enc = Encoding(search_space, self._conditions(trial, search_space))
         sig = signature(search_space, enc.conditions)
         directions = self._directions(study)
         direction, multi = directions[0], len(directions) > 1
