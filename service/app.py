@@ -19,7 +19,7 @@ from calibo import __version__
 from .api import AUTH_DOC, errors, router
 from .api.headers import HeadAsGet, SecurityHeaders
 from .api.middleware import BearerAuth, BodyLimit, CatchAll, RequestContext, StudyPath
-from .api.ratelimit import RateLimit, throttles
+from .api.ratelimit import ForwardedFor, RateLimit, throttles
 from .api.schemas import Health
 from .config import Settings
 from .dashboard import install as install_dashboard
@@ -150,6 +150,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestContext, metrics=metrics, access_log=settings.access_log)
     # outermost: on every answer, errors included; /docs and /redoc load their CDN scripts
     app.add_middleware(SecurityHeaders, docs=("/docs", "/redoc") if docs else ())
+    if settings.trusted_proxies:  # before all of them: every layer sees the client behind the proxies
+        app.add_middleware(ForwardedFor, trusted=settings.trusted_proxies)
 
     @app.get("/healthz", response_model=Health, tags=["service"], summary="Readiness",
              description="200 while the database answers (checked at most once a second) and every fit "

@@ -98,8 +98,14 @@ class Settings(BaseSettings):
     )
     auth_failure_limit: str = Field(
         "100/minute", description="failed authentications (401) allowed per client address when "
-        "auth is on; past it the address is answered 429 with Retry-After, its token not checked, until the "
-        "window allows again; empty turns the throttle off",
+        "auth is on; past it, until the window allows again, a request from that address with a wrong or "
+        "missing token is answered 429 with Retry-After, while one with a valid token is still served; empty "
+        "turns the throttle off",
+    )
+    trusted_proxies: str = Field(
+        "", description="comma-separated IP addresses and CIDR networks of the proxies whose X-Forwarded-For "
+        "names the client (for the failed-auth throttle, the per-address rate limit and the access log); "
+        "empty (the default): X-Forwarded-For is ignored and the connection's address counts",
     )
     rate_limit_storage: str = Field(
         "memory://", description="where rate-limit counts live: memory:// (this process) or "
@@ -133,6 +139,24 @@ class Settings(BaseSettings):
             if any(item.amount < 1 for item in items):
                 raise ValueError(f"{setting}={v!r} allows no request; leave it empty to turn the limit off")
         return v
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _trusted_proxies(cls, v: str) -> str:
+        # checked here so that a typo fails at start; api.ratelimit.ForwardedFor reads the checked value
+        import ipaddress
+
+        items = [item.strip() for item in v.split(",") if item.strip()]
+        for item in items:
+            try:
+                ipaddress.ip_network(item, strict=True)
+            except ValueError as e:
+                hint = ("; to trust every peer write 0.0.0.0/0,::/0" if item == "*" else
+                        f"; a network starts at its first address: {ipaddress.ip_network(item, strict=False)}"
+                        if "host bits" in str(e) else "")
+                raise ValueError(f"CALIBO_TRUSTED_PROXIES={v!r}: {item!r} is not an IP address or CIDR network "
+                                 f"(e.g. 10.0.0.5, 10.0.0.0/8, fd00::/8; comma-separated){hint}") from None
+        return ",".join(items)
 
     @field_validator("rate_limit_storage")
     @classmethod

@@ -20,6 +20,9 @@ of the stream and discards what the client still sends until it closes (or
 connection. Bytes of a pipelined request that arrive in the same read as the
 end of the previous request's body reach the parser before they are counted,
 so such a head may exceed the bound by at most that one read.
+
+``X-Forwarded-For`` is believed only from ``CALIBO_TRUSTED_PROXIES`` (``api.ratelimit.ForwardedFor``,
+the app's outermost middleware); uvicorn's own proxy handling, which trusts 127.0.0.1 by default, is off.
 """
 
 from __future__ import annotations
@@ -143,9 +146,15 @@ def protocol_for(settings: Settings) -> type[GuardedHttpToolsProtocol]:
 
 
 def uvicorn_config(app: Any, settings: Settings, host: str, port: int, **kwargs: Any) -> uvicorn.Config:
-    """uvicorn settings for calibo: guarded protocol, keep-alive and connection bounds."""
+    """uvicorn settings for calibo: guarded protocol, keep-alive and connection bounds.
+
+    Whose ``X-Forwarded-For`` is believed is ``CALIBO_TRUSTED_PROXIES`` alone: uvicorn's own proxy
+    handling (on by default, trusting 127.0.0.1 or ``FORWARDED_ALLOW_IPS``, IP networks only in
+    recent versions) is off; the app's ``api.ratelimit.ForwardedFor`` does it when the setting names
+    any proxy; empty, the connection's address is the client's.
+    """
     return uvicorn.Config(
         app, host=host, port=port, http=protocol_for(settings), lifespan="on",
         timeout_keep_alive=settings.keep_alive_seconds, limit_concurrency=settings.max_connections,
-        **kwargs,
+        proxy_headers=False, **kwargs,
     )

@@ -11,7 +11,8 @@ per request and see the request before its body is read:
 * ``BearerAuth``: ``/v1`` needs a known token before anything else happens, so
   an unauthenticated client cannot make the server read or parse a body.
   Tokens are compared in constant time (digests, over every configured token). Failed
-  attempts are throttled per client address (``ratelimit``): past the limit, 429.
+  attempts are counted per client address (``ratelimit``): past the limit, a wrong or missing
+  token from that address is answered 429, a valid one is still served.
 * ``BodyLimit``: a declared ``Content-Length`` over the limit answers 413 at
   once; a streamed body is counted as it arrives (413 once over) and must
   arrive within the body deadline (408). Both close the connection, whose
@@ -84,10 +85,24 @@ class BearerAuth:
     """``/v1`` and ``/metrics`` need a known token; a ``read`` token may only read.
 
     With a ``failures`` throttle (``CALIBO_AUTH_FAILURE_LIMIT``), each 401 counts against the
-    client's address; past the limit that address is answered 429 with ``Retry-After``, its token
-    not even checked, until the window allows again. An authenticated request carries its token's
-    identity (a digest prefix, never the token) in ``scope[ratelimit.IDENTITY]`` for the per-token
-    limit.
+    client's address. Past the limit, until the window allows again, the throttle limits the
+    failures, not the address:
+
+    * a valid token is served as ever (under its own ``CALIBO_RATE_LIMIT``): its path is the same
+      constant-time check, with no look at the throttle and no storage round trip, so workers behind
+      one ingress address keep working while one of them sends a rotated token or someone guesses;
+    * a missing or malformed ``Authorization`` is answered 429 with ``Retry-After`` without any
+      token check;
+    * a wrong token is answered 429 with ``Retry-After`` (never 401) after the same check (a valid one
+      must be told apart), from this process's memory: no count, no storage round trip.
+
+    A guesser at a throttled address gets a 429 for every wrong token, answered from memory and
+    logged once a minute, and learns nothing a 401 would not have said. A correct guess is served like
+    any valid token (nothing else tells a guesser from a worker), so against guessing itself the
+    defence is the tokens' length: 32 random bytes cannot be guessed at any rate.
+
+    An authenticated request carries its token's identity (a digest prefix, never the token) in
+    ``scope[ratelimit.IDENTITY]`` for the per-token limit.
     """
 
     def __init__(self, app: ASGIApp, tokens: dict[str, str], prefixes: tuple[str, ...] = ("/v1", "/metrics"),
@@ -117,37 +132,35 @@ class BearerAuth:
                 path == p or path.startswith(p + "/") for p in self.prefixes):
             await self.app(scope, receive, send)
             return
-        failures = self.failures
-        if failures is not None and (wait := failures.blocked(client_address(scope))):
-            await self._too_many(scope, wait)(scope, receive, send)
-            return
         header = (_header(scope, b"authorization") or b"").decode("latin-1")
         scheme, _, token = header.partition(" ")
         token = token.strip()
-        answer = None
-        if scheme.lower() != "bearer" or not token:
-            answer = error_response(401, "unauthorized", "an Authorization: Bearer <token> header is required",
-                                    "authorization", {"WWW-Authenticate": "Bearer"})
-        else:
-            found = self.lookup(token)
-            if found is None:
-                answer = error_response(401, "unauthorized", "invalid token", "authorization",
-                                        {"WWW-Authenticate": "Bearer"})
-            elif scope["method"] not in ("GET", "HEAD", "OPTIONS") and found[0] != "write":
-                answer = error_response(403, "forbidden", "this token may only read", "authorization")
-            else:
+        if scheme.lower() == "bearer" and token:
+            found = self.lookup(token)  # every given token, throttled address or not: constant time
+            if found is not None:
+                if scope["method"] not in ("GET", "HEAD", "OPTIONS") and found[0] != "write":
+                    await error_response(403, "forbidden", "this token may only read", "authorization")(
+                        scope, receive, send)
+                    return
                 scope[IDENTITY] = found[1]
-        if answer is None:
-            await self.app(scope, receive, send)
-            return
-        if answer.status_code == 401 and failures is not None and (
-                wait := await failures.hit(client_address(scope))):
-            answer = self._too_many(scope, wait)
-        await answer(scope, receive, send)
+                await self.app(scope, receive, send)
+                return
+            message = "invalid token"
+        else:
+            message = "an Authorization: Bearer <token> header is required"
+        # a failure: 429 from memory for an address over the limit, else a 401 that counts against it
+        failures = self.failures
+        if failures is not None:
+            address = client_address(scope)
+            if wait := failures.blocked(address) or await failures.hit(address):
+                await self._too_many(address, wait)(scope, receive, send)
+                return
+        await error_response(401, "unauthorized", message, "authorization", {"WWW-Authenticate": "Bearer"})(
+            scope, receive, send)
 
-    def _too_many(self, scope: Scope, wait: int) -> Any:
-        self._refused.log(logging.WARNING, "auth", "too many failed authentications from %s: answered 429, "
-                          "retry after %d s", client_address(scope), wait)
+    def _too_many(self, address: str, wait: int) -> Any:
+        self._refused.log(logging.WARNING, "auth", "too many failed authentications from %s: a wrong or "
+                          "missing token is answered 429 (valid tokens are served), retry after %d s", address, wait)
         return too_many(wait, "too many failed authentications from this address", "authorization")
 
 

@@ -4,8 +4,14 @@ failed authentication.
 * ``CALIBO_RATE_LIMIT`` (off by default) bounds the ``/v1`` requests of each token, or of each
   client address when auth is off: ``RateLimit`` answers 429 past it.
 * ``CALIBO_AUTH_FAILURE_LIMIT`` (on by default) bounds the failed authentications (401) of each
-  client address: past it ``middleware.BearerAuth`` answers 429 to that address, without checking
-  its token, until the window allows again.
+  client address: past it, until the window allows again, ``middleware.BearerAuth`` answers 429 to
+  a request from that address whose token is missing or wrong, while a valid token is still served
+  (it limits the failures, not the address: workers behind one ingress address keep working while
+  one of them, or a guesser, sends wrong tokens).
+
+The client's address is the connection's, or, when the connection comes from one of
+``CALIBO_TRUSTED_PROXIES``, the one its ``X-Forwarded-For`` names (``ForwardedFor``, put around the
+app by ``server.uvicorn_config``; uvicorn's own proxy handling is off).
 
 Counts live in ``CALIBO_RATE_LIMIT_STORAGE``: this process's memory (``memory://``) or a Redis
 that API replicas share (``redis://host:6379``). Windows are fixed (``limits``' fixed window: it
@@ -13,8 +19,8 @@ starts at the first request and lasts the limit's period), the cheapest strategy
 ``Retry-After``: one storage operation per counted request.
 
 A refusal is remembered in this process until its window ends, so a client over a limit is
-answered from a dictionary, without a storage round trip (and, for the auth throttle, without
-checking its token). With shared storage, a replica that has not refused the client yet learns
+answered from a dictionary, without a storage round trip (and, for the auth throttle, a request
+without a token without any check). With shared storage, a replica that has not refused the client yet learns
 of the exceeded count at the client's next counted request there.
 
 Unreachable storage never fails a request: the limiter lets requests through (fail-open), logs
@@ -23,6 +29,8 @@ one line a minute while it lasts, and tries the storage again every ``DOWN_SECON
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import logging
 import math
 import time
@@ -161,9 +169,79 @@ class Throttle:
 
 
 def client_address(scope: Scope) -> str:
-    """The client's address (uvicorn puts a trusted proxy's ``X-Forwarded-For`` there)."""
+    """The client's address (``ForwardedFor`` puts a trusted proxy's ``X-Forwarded-For`` there)."""
     client = scope.get("client")
     return client[0] if client else "-"
+
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+MAX_FORWARDED_HOPS = 32  # X-Forwarded-For entries looked at, from the right; a longer chain is cut there
+_SCHEMES = frozenset({"http", "https", "ws", "wss"})  # X-Forwarded-Proto values taken
+
+
+def _ip(text: str) -> IPAddress | None:
+    """``text`` as an address (IPv4-mapped IPv6 as IPv4), with a port (``1.2.3.4:5``, ``[::1]:5``) or
+    without; None when it is no address."""
+    text = text.strip()
+    if text.startswith("["):
+        text = text[1:].partition("]")[0]
+    elif text.count(":") == 1:
+        text = text.partition(":")[0]
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+class ForwardedFor:
+    """The client behind trusted proxies (``CALIBO_TRUSTED_PROXIES``: IPs and CIDR networks, checked
+    by ``config.Settings``).
+
+    A request whose connection comes from a trusted proxy gets, as ``scope["client"]``, the first
+    address of its ``X-Forwarded-For`` read from the right that is not itself a trusted proxy (each
+    proxy appends the address it was reached from, so what a client writes further left is never
+    reached), or the leftmost when every one is trusted; and ``X-Forwarded-Proto``'s scheme. From
+    any other peer both headers are ignored: a client cannot choose the address it is counted as.
+    """
+
+    def __init__(self, app: ASGIApp, trusted: str) -> None:
+        self.app = app
+        self.networks = tuple(ipaddress.ip_network(item.strip(), strict=False)
+                              for item in trusted.split(",") if item.strip())
+        self._trusted = functools.lru_cache(maxsize=4096)(self._check)
+
+    def _check(self, ip: IPAddress) -> bool:
+        return any(ip in net for net in self.networks)
+
+    def trusts(self, ip: IPAddress | None) -> bool:
+        return ip is not None and self._trusted(ip)
+
+    def client(self, forwarded: list[bytes]) -> str | None:
+        """The client's address from the ``X-Forwarded-For`` values of a trusted proxy's request, or
+        None when they name none (the proxy is then the client)."""
+        hops = [h.strip() for h in b",".join(forwarded).decode("latin-1").split(",")][-MAX_FORWARDED_HOPS:]
+        for hop in reversed(hops):
+            ip = _ip(hop)
+            if ip is None:  # not an address ("unknown", a proxy's obfuscated name): the client as written
+                return hop[:64] or None
+            if not self.trusts(ip):
+                return str(ip)
+        return str(_ip(hops[0])) if hops else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        peer = scope.get("client")
+        if scope["type"] in ("http", "websocket") and peer and self.trusts(_ip(peer[0])):
+            forwarded = [v for k, v in scope["headers"] if k == b"x-forwarded-for"]
+            proto = next((v for k, v in scope["headers"] if k == b"x-forwarded-proto"), None)
+            if forwarded and (client := self.client(forwarded)):
+                scope["client"] = (client, 0)
+            scheme = proto.decode("latin-1").strip().lower() if proto is not None else ""
+            if scheme in _SCHEMES:
+                scope["scheme"] = scheme.replace("http", "ws") if scope["type"] == "websocket" else scheme
+        await self.app(scope, receive, send)
 
 
 def too_many(wait: int, message: str, field: str | None = None) -> Any:
