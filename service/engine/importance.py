@@ -18,7 +18,24 @@ Uncertainty: the model is refitted on ``n_boot`` bootstrap resamples of the tria
 hold the estimate itself (a refit sees about 63% of the distinct trials, so its shares are more
 diffuse than the full fit's and a sharp estimate can fall outside their spread), and ``fit.r2_oob`` is the
 out-of-bag R^2 of the refits' predictions (how far the model, and so its decomposition, can be
-trusted: near 0 or below, the importances describe noise).
+trusted: near 0 or below, the importances describe noise; null where it is undefined: no refit left
+a trial out, or every value is the same).
+
+Any finite value is an outcome (up to +-1.8e308), and the decomposition is computed where its
+numbers are representable. The values are standardised (mean 0, sd 1) after an exact power-of-two
+rescaling, so that no square overflows or underflows: multiplying every value by a constant or
+adding one to them does not change the answer beyond rounding, and ordinary values are
+standardised bit for bit as without it. A value more than ``TAME`` (1e6) robust scales from the
+median (the median distance of the other values to it) is first pulled in towards it, to
+``TAME * (1 + log(1 + log(r / TAME)))`` scales when it lies ``r`` scales away (continuous, with slope
+1 at ``TAME``, strictly increasing, at most about ``8 * TAME`` for any finite values), computed so that
+no step overflows. Without it, one diverged run of 1e20 among losses near 1 would leave every
+other value the same number once the surrogate has standardised them and LightGBM has stored them
+as 32-bit floats, and the model would be flat; with it, the value still counts as the worst by far
+and the differences among the others stay resolved. Values within ``TAME`` scales are used exactly
+as they are; beyond it, how far out a value lies barely moves a median model anyway.
+A model whose predictions vary by less than rounding noise (a standard deviation under 1e-12 of the
+standardised values) explains nothing: its shares are 0, not the noise's.
 """
 
 from __future__ import annotations
@@ -33,10 +50,17 @@ import numpy as np
 from .space import SearchSpace
 from .surrogates import make_surrogate
 
-__all__ = ["MIN_TRIALS", "Importance", "importance"]
+__all__ = ["MIN_TRIALS", "TAME", "Importance", "importance"]
 
 MIN_TRIALS = 4  # completed trials before there is anything to decompose
 _LEVELS = (0.1, 0.5, 0.9)
+# values farther than this many robust scales from the median are pulled in (``_tame``): beyond it
+# a single value would blur the others, once standardised, below LightGBM's 32-bit labels' resolution
+TAME = 1e6
+# the variance, in the standardised values' units (sd 1), below which a model's predictions are flat:
+# rounding noise of its sums is about 1e-16 of them; a real effect is at least the 32-bit labels' 1e-8
+_FLAT = 1e-24
+_LARGEST = float(np.finfo(float).max)
 
 
 @dataclass(frozen=True)
@@ -74,7 +98,7 @@ def _shares(f: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
     n = f.size
     var = f.var()
     out = np.zeros(len(groups))
-    if not var > 0:
+    if not var > _FLAT:  # a flat model (or one whose variance is rounding noise) explains nothing
         return out
     for j, g in enumerate(groups):
         on = g >= 0
@@ -88,6 +112,45 @@ def _shares(f: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
         k = counts.size
         out[j] = max(0.0, s - (k - 1) / (fa.size - 1) * (1.0 - s)) * fa.size * va / (n * var)
     return out
+
+
+def _tame(y: np.ndarray) -> np.ndarray:
+    """``y`` with each value more than ``TAME`` robust scales from the median pulled in (the module
+    docstring); ``y`` itself where none is. Any finite values: no step overflows.
+
+    The centre ``c`` is the lower median (one of the values) and the scale ``b`` the median distance
+    to it of the values that differ from it (a plateau of equal values does not make it 0), both as
+    ``engine.warp`` squashes values; distances are handled halved, since ``y - c`` can overflow."""
+    if y.size == 0:
+        return y
+    c = float(np.sort(y)[(y.size - 1) // 2])
+    h = np.abs(y / 2.0 - c / 2.0)  # |y - c| / 2
+    if not (h > 0).any():
+        return y
+    # b / 2 (the median of two halves near 1.8e308 would overflow); at least the smallest normal float,
+    # so that r, and the distance it is pulled in to, stay finite even among subnormal values
+    half_b = max(2.0 * float(np.median(h[h > 0] / 2.0)), float(np.finfo(float).tiny))
+    with np.errstate(over="ignore", divide="ignore"):
+        far = h / half_b > TAME  # r = |y - c| / b; an overflow to inf is far too
+    if not far.any():
+        return y
+    log_r = np.log(h[far]) - np.log(half_b)
+    r = TAME * (1.0 + np.log1p(log_r - np.log(TAME)))  # <= the r it replaces: the value moves towards c
+    hc = np.minimum(half_b * r, h[far])
+    out = y.copy()
+    out[far] = np.clip(2.0 * (c / 2.0 + np.sign(y[far] / 2.0 - c / 2.0) * hc), -_LARGEST, _LARGEST)
+    return out
+
+
+def _standardised(y: np.ndarray) -> np.ndarray:
+    """``(y - mean) / sd`` (``y - mean`` where every value is the same) for any finite ``y``: the values
+    are first rescaled by a power of two to below 1 in magnitude, which is exact, so neither the mean
+    nor the squares in the variance can overflow or underflow, and ordinary values come out bit for
+    bit as without it."""
+    top = float(np.max(np.abs(y)))
+    if top > 0:
+        y = np.ldexp(y, -int(np.frexp(top)[1]))
+    return (y - y.mean()) / (y.std() or 1.0)
 
 
 def importance(observations: Sequence[tuple[dict[str, Any], float]], space: SearchSpace, *,
@@ -106,7 +169,7 @@ def importance(observations: Sequence[tuple[dict[str, Any], float]], space: Sear
     if n < MIN_TRIALS:
         raise ValueError(f"importance needs at least {MIN_TRIALS} completed trials with a finite value, got {n}")
     X = space.encode(configs)
-    y = (y - y.mean()) / (y.std() or 1.0)
+    y = _standardised(_tame(y))
     rng = np.random.default_rng(seed)
     u = space.sample(n_points, seed)
     grid = space.features(u)
@@ -124,7 +187,10 @@ def importance(observations: Sequence[tuple[dict[str, Any], float]], space: Sear
             oob_sq += float(((pred - y[out]) ** 2).sum())
             oob_n += out.size
     S = np.asarray(shares)  # (n_boot, P); row 0: the fit on every trial
-    r2 = None if oob_n == 0 else float(1.0 - oob_sq / oob_n)  # y is standardised: its variance is 1
+    # y is standardised: its variance is 1, or 0 where every value is the same (R^2 undefined)
+    r2 = None if oob_n == 0 or not y.std() > 0 else float(1.0 - oob_sq / oob_n)
+    if r2 is not None and not np.isfinite(r2):
+        r2 = None
     params = [{"param": p.name, "importance": float(S[0, j]),
                "low": float(min(S[0, j], np.percentile(S[:, j], 10))),
                "high": float(max(S[0, j], np.percentile(S[:, j], 90))),
