@@ -8,10 +8,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import inspect
 
 from calibo.server.errors import Conflict, NotFound
 from calibo.server.storage import Storage, make_engine
+from calibo.server.storage.models import TrialRow
 
 
 @pytest.fixture
@@ -203,5 +205,55 @@ def test_a_database_from_before_the_studies_features_upgrades_and_serves(databas
         assert len(trials) == 2
         view, _ = asyncio.run(svc.tell(sid, trials[0]["id"], 0.5))
         assert view["value"] == 0.5 and view["origin"] == "asked" and view["constraints"] is None
+    finally:
+        st.close()
+
+
+# ------------------------------------------------------------------ migration 0008
+def test_migration_0008_keeps_keys_as_written_and_turns_json_null_into_null(database_url: str) -> None:
+    """Rows from before 0008: a JSON ``null`` where SQL NULL was meant (a tell after expiry wrote one)
+    becomes NULL, every row and value stays; afterwards PostgreSQL keeps keys in the order written."""
+    from datetime import UTC, datetime
+
+    from alembic import command
+    from alembic.config import Config
+
+    from calibo.server.migrations import DIRECTORY
+
+    def migrate(revision: str) -> None:
+        engine = make_engine(database_url)
+        try:
+            with engine.begin() as conn:
+                cfg = Config(str(DIRECTORY / "alembic.ini"))
+                cfg.set_main_option("script_location", str(DIRECTORY))
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, revision)
+        finally:
+            engine.dispose()
+
+    migrate("0007")
+    engine = make_engine(database_url)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO studies (name, definition, created_at, next_number, n_complete, "
+                                 "finish_seq, state, snapshot_version, snapshot_n_obs) VALUES ('old', :d, :t, 2, 1, 1, "
+                                 ":s, 0, 0)"), {"d": '{"space": {"zz": 1, "a": 2}}', "t": now, "s": "{}"})
+            for number, record in ((0, "null"), (1, '{"reason": "expired"}')):
+                conn.execute(sa.text("INSERT INTO trials (study_id, number, state, params, ukey, record, asked_at) "
+                                     "VALUES (1, :n, 'complete', :p, '', :r, :t)"),
+                             {"n": number, "p": '{"zz": 0.5, "a": 1}', "r": record, "t": now})
+    finally:
+        engine.dispose()
+    migrate("head")
+    st = Storage(database_url)
+    try:
+        with st._read() as s:
+            rows = {t.number: t for t in s.scalars(sa.select(TrialRow))}
+        assert rows[0].record is None and rows[1].record == {"reason": "expired"}
+        assert rows[0].params == {"zz": 0.5, "a": 1}
+        assert [r[1] for r in st.calibration_rows(1)] == [1]  # NULL: no record to read
+        info, _ = st.create_study("new", {"space": {"zz": 1, "a": 2, "mmm": 3}}, {"x": 1})
+        assert list(st.definition(info.id)["space"]) == ["zz", "a", "mmm"]  # as written, on both backends
     finally:
         st.close()

@@ -192,3 +192,29 @@ def test_a_study_told_extreme_values_keeps_fitting_and_asking(directions) -> Non
             json.dumps(s.prediction, allow_nan=False, default=lambda a: a.tolist())
             methods.add((s.prediction.get("objectives") or [s.prediction])[0]["method"])
     assert {"cv+", "split"} <= methods
+
+
+@pytest.mark.parametrize("shape", ["one_objective", "two_objectives", "constraint"])
+def test_every_outcome_an_extreme_of_alternating_sign_keeps_predictions_finite(shape: str) -> None:
+    """Each told value an extreme, their signs alternating (the median distance between values then
+    overflows): every fit lands and every prediction, record and state is finite JSON, through the
+    raw, CV+ and split schedules, with two and three parameters."""
+    import json
+
+    from calibo.engine import Optimizer
+
+    for dim in (2, 3):
+        space = {f"x{j}": {"type": "float", "low": 0, "high": 1} for j in range(dim)}
+        kw = {"directions": ["minimize", "maximize"]} if shape == "two_objectives" else \
+            {"constraints": ["c"]} if shape == "constraint" else {}
+        opt = Optimizer(space, seed=dim, n_warmup=4, config={"conformalize_from": 8, "split_from": 14,
+                                                               "n_candidates": 200}, **kw)
+        for i in range(18):
+            (s,) = opt.ask(1)
+            big = (1.7976931348623157e308, -1e308, 1e308, -1.7976931348623157e308)[i % 4]
+            value = [big, -big] if shape == "two_objectives" else s.params["x0"] if shape == "constraint" else big
+            opt.tell(s.params, value, s.prediction, constraints=[big] if shape == "constraint" else None)
+            if s.prediction is not None:
+                json.dumps(s.prediction, allow_nan=False, default=lambda a: a.tolist())
+        json.dumps(opt.state.to_dict(), allow_nan=False)
+        assert any(s.prediction is not None for s in opt.ask(3))

@@ -66,6 +66,7 @@ MIN_POINTS = 4  # fewer values than this are left unwarped (nothing to estimate 
 BIG = 1e300  # where the inverse saturates: JSON has no infinity
 SAFE_ABS = 1e150  # values beyond this are squashed (their squares, and a scale's, would overflow)
 SAFE_SCALES = 1e30  # ... and so are values this many robust scales from the median
+_LARGEST = float(np.finfo(float).max)
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,12 @@ def squash_for(y: np.ndarray) -> tuple[float, float] | None:
     h = h[h > 0]
     if h.size == 0:
         return None
-    return c, 2.0 * float(np.median(h))
+    # b = 2 median(h), the median distance, from the median of h / 2 (the median of two values near
+    # 1.8e308 averages them: their sum overflows); past the floats (values of both signs near
+    # +-1.8e308) the largest float, which keeps the map a strictly increasing bijection (b > 0 is all
+    # it needs) and every stored number finite
+    quarter = float(np.median(h / 2.0)) / 2.0
+    return c, 4.0 * quarter if quarter <= _LARGEST / 4.0 else _LARGEST
 
 
 def squash(y: Any, c: float, b: float) -> np.ndarray:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, exc, text
 from sqlalchemy.engine import make_url
+
+from .. import finite
 
 log = logging.getLogger("calibo.storage")
 
@@ -16,26 +17,9 @@ _MIGRATION_LOCK = 0x0CA11B0
 
 
 def json_dumps(obj: Any) -> str:
-    """JSON for the database's JSON columns: never NaN or infinity (a ValueError instead: the write
-    fails and nothing is stored), and the same numbers back from every backend.
-
-    PostgreSQL's ``jsonb`` keeps a number as a decimal and prints one written in exponent form
-    without its fraction: ``1e+20`` comes back as ``100000000000000000000``, an integer to Python's
-    JSON reader. Floats that Python writes with a positive exponent (from 1e16 on) are therefore
-    written out in full with a ``.0`` (their exact decimal value), which ``jsonb`` keeps as a float.
-    """
-    out = json.dumps(obj, allow_nan=False)
-    return out if "e+" not in out else _positional(obj)
-
-
-def _positional(o: Any) -> str:
-    if isinstance(o, float) and abs(o) >= 1e16:
-        return format(o, ".1f")
-    if isinstance(o, dict):
-        return "{" + ", ".join(f"{json.dumps(str(k))}: {_positional(v)}" for k, v in o.items()) + "}"
-    if isinstance(o, (list, tuple)):
-        return "[" + ", ".join(_positional(v) for v in o) + "]"
-    return json.dumps(o, allow_nan=False)
+    """JSON for the database's JSON columns: ``calibo.server.finite.dumps`` (never NaN or infinity,
+    never ``-0.0``), so every backend reads back the same numbers."""
+    return finite.dumps(obj)
 
 
 def make_engine(url: str, *, connect_timeout: float = 5.0, **kwargs: Any) -> Engine:

@@ -9,20 +9,41 @@ from sqlalchemy import (
     JSON,
     Boolean,
     DateTime,
-    Double,
     ForeignKey,
     Index,
     Integer,
     LargeBinary,
     String,
     Text,
+    TypeDecorator,
     UniqueConstraint,
 )
-from sqlalchemy.dialects.postgresql import BYTEA, JSONB
+from sqlalchemy import (
+    Double as _Double,
+)
+from sqlalchemy.dialects.postgresql import BYTEA
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-Json = JSON().with_variant(JSONB(), "postgresql")
+from ..finite import finite_float
+
+# PostgreSQL's ``json`` (not ``jsonb``): it keeps the text as written, so keys come back in the order
+# they were written (a space's parameters, user attributes) as on SQLite, and numbers as written.
+# Python's None is SQL NULL, never the JSON ``null`` (a read ``IS NOT NULL`` means a value).
+Json = JSON(none_as_null=True)
 Blob = LargeBinary().with_variant(BYTEA(), "postgresql")
+
+
+class Double(TypeDecorator[float]):
+    """A floating-point column written through ``finite.finite_float``: ``-0.0`` as ``0.0`` (SQLite keeps
+    no sign), never an infinity or NaN."""
+
+    impl = _Double
+    cache_ok = True
+
+    def process_bind_param(self, value: float | None, dialect: Dialect) -> float | None:
+        return None if value is None else finite_float(float(value), "a number column")
+
 
 TRIAL_STATES = ("waiting", "running", "complete", "failed", "pruned")
 ORIGINS = ("enqueued", "added", "copied")  # how a trial came to be, when no ask chose it
