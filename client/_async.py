@@ -20,8 +20,9 @@ from ._optimize import (
     TrialView,
     options,
 )
-from ._rows import read_rows
+from ._rows import add_chunks, read_rows, resumable
 from ._study import AsyncStudy
+from .errors import CaliboError
 from .models import Trial, TrialRecord
 
 __all__ = ["AsyncClient"]
@@ -236,17 +237,28 @@ class AsyncClient:
         trial already holding these values is answered instead of a new one."""
         return await self._run(api.enqueue(study_id, params, skip_if_exists, user_attrs))
 
+    async def dequeue(self, study_id: StudyRef, trial_id: TrialRef) -> None:
+        """Remove an enqueued trial no ask has handed out yet (a retry that finds it gone is done);
+        :class:`~calibo.Conflict` ``trial_not_waiting`` once an ask has handed it out."""
+        await self._run(api.dequeue(study_id, trial_id))
+
     async def add_trials(
         self, study_id: StudyRef, rows: Any, *, chunk: int = 1000,
     ) -> list[dict[str, Any]]:
         """Add trials evaluated elsewhere, from dicts, a CSV file or a JSON-lines file (see
         ``calibo._rows``): they count in the next fit and the best trial, never in the calibration.
-        Sent in requests of ``chunk`` (at most 1000) trials; returns their views."""
+        Sent in requests of ``chunk`` (at most 1000) trials, each stored all or none; returns their
+        views. A refused row raises the server's error naming it by its index among ``rows``
+        (``field`` ``trials.<i>...``), with ``stored``: rows before it that earlier requests stored
+        (``added``: their views), so ``rows[e.stored:]`` resumes once it is fixed."""
         view = await self.get_study(study_id)
         trials = read_rows(rows, view["space"], view.get("constraints", []))
         out: list[dict[str, Any]] = []
-        for lo in range(0, len(trials), max(1, min(chunk, 1000))):
-            out += await self._run(api.add_trials(view["id"], trials[lo : lo + chunk]))
+        for lo, rows in add_chunks(trials, chunk):
+            try:
+                out += await self._run(api.add_trials(view["id"], rows))
+            except CaliboError as e:
+                raise resumable(e, lo, out) from None
         return out
 
     async def copy_study(

@@ -269,6 +269,12 @@ def enqueue(
                 safety=Safety.IDEMPOTENT if skip_if_exists else Safety.UNSENT_ONLY)
 
 
+def dequeue(study_id: StudyRef, trial_id: TrialRef) -> Call[None]:
+    # a repeat after a lost answer finds the trial gone: done, as for delete_study
+    return Call("DELETE", _trial(study_id, trial_id), no_content, gone_means_done=True,
+                params=_study_query(study_id))
+
+
 def add_trials(study_id: StudyRef, rows: list[dict[str, Any]]) -> Call[list[dict[str, Any]]]:
     # Not idempotent (each try would add the trials again): retried only when surely unsent.
     return Call("POST", f"{_study(study_id)}/trials", _list_of("trials"), json={"trials": rows},

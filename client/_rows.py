@@ -23,13 +23,17 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JSON_ATTRS", "choice_key", "cell", "read_rows"]
+from .errors import CaliboError
+
+__all__ = ["JSON_ATTRS", "MAX_ADD", "add_chunks", "choice_key", "cell", "read_rows", "resumable"]
 
 JSON_ATTRS = "user_attrs_json."  # the CSV column prefix of attributes written as JSON
+MAX_ADD = 1000  # trials one add request may carry (the server's bound)
 _MISSING = object()
 
 
@@ -151,3 +155,28 @@ def cell(raw: str, spec: dict[str, Any]) -> Any:
             except ValueError:
                 pass
     return raw  # not a choice: the server answers which
+
+
+def add_chunks(trials: list[dict[str, Any]], chunk: int) -> Iterable[tuple[int, list[dict[str, Any]]]]:
+    """``(first row index, rows)`` of the requests ``add_trials`` sends: ``chunk`` rows each, at most
+    ``MAX_ADD``."""
+    size = max(1, min(int(chunk), MAX_ADD))
+    for lo in range(0, len(trials), size):
+        yield lo, trials[lo : lo + size]
+
+
+def resumable(error: CaliboError, lo: int, added: list[dict[str, Any]]) -> CaliboError:
+    """The error of the request that sent rows ``lo..``, said of the whole call: a field naming a row
+    (``trials.<i>...``) names it by its index among every row given, and ``error.stored`` (rows
+    ``0 .. stored - 1`` are stored, none from ``stored`` on: each request is all or none) and
+    ``error.added`` (their views) say where to resume: ``add_trials(rows[error.stored:])`` once the
+    bad row is fixed."""
+    m = re.fullmatch(r"trials\.(\d+)(.*)", error.field or "", flags=re.S)
+    if m:
+        error.field = f"trials.{lo + int(m.group(1))}{m.group(2)}"
+    if lo:
+        error.message += f" (rows 0-{lo - 1} of this call are stored, none from row {lo} on: add rows[{lo}:] once fixed)"
+        error.args = (error.message,)
+    error.stored = lo
+    error.added = added
+    return error

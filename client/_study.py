@@ -121,6 +121,10 @@ class Study(_Handle):
         return self._record(self.client.enqueue(self.id, params, skip_if_exists=skip_if_exists,
                                                 user_attrs=user_attrs))
 
+    def dequeue(self, trial: TrialLike) -> None:
+        """Remove an enqueued trial no ask has handed out yet; see :meth:`Client.dequeue`."""
+        self.client.dequeue(self.id, _trial_id(trial))
+
     def add_trials(self, rows: Any) -> list[TrialRecord]:
         """Add trials evaluated elsewhere (dicts, a CSV or a JSON-lines file); see :meth:`Client.add_trials`."""
         return [self._record(v) for v in self.client.add_trials(self.id, rows)]
@@ -262,6 +266,9 @@ class AsyncStudy(_Handle):
                       user_attrs: dict[str, Any] | None = None) -> TrialRecord:
         return self._record(await self.client.enqueue(self.id, params, skip_if_exists=skip_if_exists,
                                                       user_attrs=user_attrs))
+
+    async def dequeue(self, trial: TrialLike) -> None:
+        await self.client.dequeue(self.id, _trial_id(trial))
 
     async def add_trials(self, rows: Any) -> list[TrialRecord]:
         return [self._record(v) for v in await self.client.add_trials(self.id, rows)]

@@ -63,6 +63,9 @@ class CaliboError(Exception):
         self.code = code
         self.message = message
         self.field = field
+        # add_trials: rows of the call stored before the failing request, and their views
+        self.stored: int | None = None
+        self.added: list[dict[str, Any]] | None = None
 
     def __str__(self) -> str:
         head = f"{self.status} {self.code}" if self.status is not None else self.code

@@ -45,7 +45,10 @@ def _call(c: httpx.Client, method: str, path: str, who: str) -> httpx.Response:
     if path.endswith("/pareto"):  # a front exists only in a study with several objectives
         study["directions"] = ["minimize", "minimize"]
     sid = c.post("/v1/studies", json=study, headers=w).json()["id"]
-    tid = c.post(f"/v1/studies/{sid}/ask", json={}, headers=w).json()["trials"][0]["id"]
+    if f"{method} {path}" == "DELETE /v1/studies/{study}/trials/{trial_id}":  # only a waiting trial goes
+        tid = c.post(f"/v1/studies/{sid}/enqueue", json={"params": {"x1": 1.0}}, headers=w).json()["id"]
+    else:
+        tid = c.post(f"/v1/studies/{sid}/ask", json={}, headers=w).json()["trials"][0]["id"]
     url = path.replace("{study}", str(sid)).replace("{trial_id}", str(tid))
     body = {"POST /v1/studies": {"name": f"new-{who}-{sid}", "space": BRANIN},
             "POST /v1/studies/{study}/ask": {},

@@ -457,3 +457,21 @@ def test_decode_encode_is_exactly_idempotent(spec) -> None:
     again = space.to_unit(json.loads(json.dumps(space.from_unit(U))))
     assert np.array_equal(again, U)
     assert space.keys(again) == space.keys(U)
+
+
+def test_a_partial_configuration_gives_each_conditional_parameter_with_its_parent() -> None:
+    """An enqueued ``{"z": ...}`` whose parent is left out could be completed with a parent value under
+    which ``z`` is inactive: no ask could hand it out. The parent must come with it, activating it."""
+    sp = SearchSpace.from_dict({
+        "kind": {"type": "categorical", "choices": ["a", "b"]},
+        "depth": {"type": "int", "low": 1, "high": 4, "condition": {"parent": "kind", "values": ["b"]}},
+        "leaf": {"type": "float", "low": 0, "high": 1, "condition": {"parent": "depth", "values": [3, 4]}},
+    })
+    assert sp.validate_partial({"kind": "b", "depth": 3}) == {"kind": "b", "depth": 3}
+    assert sp.validate_partial({"kind": "b", "depth": 3, "leaf": 0.5}) == {"kind": "b", "depth": 3, "leaf": 0.5}
+    assert sp.validate_partial({"kind": "a"}) == {"kind": "a"}
+    for params, field in (({"depth": 2}, "depth"), ({"kind": "a", "depth": 2}, "depth"),
+                          ({"kind": "b", "leaf": 0.5}, "leaf"), ({"leaf": 0.5}, "leaf")):
+        with pytest.raises(ParamError) as e:
+            sp.validate_partial(params)
+        assert e.value.field == field, params

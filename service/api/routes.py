@@ -5,15 +5,16 @@ thread (see ``calibo.server.batching``), so the hot path costs no hand-off per r
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import unquote
 
 import anyio.to_thread
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response, Security
+from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
 
+from .. import finite
 from ..studies import StudyService, trial_view
 from ..studies import attrs as study_attrs
 from . import schemas as S
@@ -26,7 +27,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (503, "the database is unreachable: retry after `Retry-After` seconds"))
 }
 
-StudyRef = Annotated[str, Path(min_length=1, max_length=3 * S.MAX_NAME,
+# the longest name create accepts, percent-encoded: MAX_NAME characters of up to 4 UTF-8 bytes, each "%XX"
+StudyRef = Annotated[str, Path(min_length=1, max_length=12 * S.MAX_NAME,
                                description="the study's name (URL-encoded: `/` as `%2F`) or its id; a name "
                                "made only of digits is read as an id unless `by=name`")]
 By = Annotated[Literal["id", "name"] | None, Query(description="read `study` as an id or as a name (default: "
@@ -55,8 +57,15 @@ def _default(o: Any) -> Any:
 def fast_json(content: Any) -> Response:
     """The hot paths (ask, tell) skip FastAPI's response re-validation: the documented
     ``response_model`` still describes them, and tests check the bodies against it."""
-    return Response(json.dumps(content, default=_default, separators=(",", ":"), allow_nan=False),
-                    media_type="application/json")
+    return Response(finite.dumps(content, default=_default, separators=(",", ":")), media_type="application/json")
+
+
+class FiniteJSON(JSONResponse):
+    """The answer of a route without a response model (computed views: calibration, importance):
+    written by ``finite.dumps``, so a number no JSON can hold never fails the request."""
+
+    def render(self, content: Any) -> bytes:
+        return finite.dumps(content, default=_default, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 async def service(request: Request) -> StudyService:
@@ -153,6 +162,16 @@ def enqueue(study: StudyRef, body: S.EnqueueRequest, response: Response, svc: Sv
     if not created:
         response.status_code = 200
     return trial
+
+
+@router.delete("/studies/{study}/trials/{trial_id}", status_code=204, tags=["trials"],
+               summary="Remove an enqueued trial no ask has handed out yet",
+               description="Takes a `waiting` trial (see enqueue) off the queue: no ask hands it out, and its "
+               "number is not reused. 409 `trial_not_waiting` for a trial an ask handed out (running or "
+               "finished: tell it instead); 404 for an unknown trial.")
+def dequeue(study: StudyRef, trial_id: TrialId, svc: Svc, by: By = None) -> Response:
+    svc.dequeue(_resolve(svc, study, by), trial_id)
+    return Response(status_code=204)
 
 
 @router.post("/studies/{study}/trials", status_code=201, response_model=S.TrialList, tags=["trials"],
@@ -261,7 +280,7 @@ def curves(
     return {"curves": list(out.values()), "total": total, "limit": limit, "offset": offset}
 
 
-@router.get("/studies/{study}/importance", tags=["calibration"],
+@router.get("/studies/{study}/importance", tags=["calibration"], response_class=FiniteJSON,
             summary="Each parameter's importance, from a surrogate fitted on the completed trials",
             description="A first-order functional-ANOVA decomposition of a quantile-GBM surrogate fitted on "
             "the study's completed trials (`objective`: which objective of a multi-objective study): "
@@ -275,7 +294,7 @@ def importance(study: StudyRef, svc: Svc, by: By = None,
     return svc.importance(_resolve(svc, study, by), objective)
 
 
-@router.get("/studies/{study}/calibration", tags=["calibration"],
+@router.get("/studies/{study}/calibration", tags=["calibration"], response_class=FiniteJSON,
             summary="Prediction at ask vs outcome, coverage, breach rate, width, alpha trajectory",
             description="`trials`: for each completed trial that had a prediction, its intervals "
             "(bounds, alpha used, covered) and quantiles at ask, and the outcome. "

@@ -71,4 +71,4 @@ def check_value(value: Any) -> float:
     v = float(value)
     if not math.isfinite(v):
         raise ParamError("value", "must be finite (no NaN or infinity)")
-    return v
+    return v + 0.0  # -0.0 as 0.0: SQLite keeps no sign

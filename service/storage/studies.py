@@ -11,7 +11,8 @@ from sqlalchemy.orm import Session
 
 from ..errors import Conflict, NotFound
 from .info import StudyInfo, as_utc, best_trial_of, now
-from .models import TRIAL_STATES, IntermediateRow, SnapshotRow, StudyRow, TrialRow
+from .models import FINISHED_STATES, TRIAL_STATES, IntermediateRow, SnapshotRow, StudyRow, TrialRow
+from .tx import StudyTx
 
 
 def _info(row: StudyRow, counts: dict[str, int]) -> StudyInfo:
@@ -57,6 +58,38 @@ class StudyQueries:
             raise Conflict(f"a study named {name!r} exists with a different definition", field="name",
                            code="name_conflict")
         return self.get_study(existing.id), False
+
+    def copy_study(self, source_id: int, name: str, definition: dict[str, Any], state: dict[str, Any],
+                   user_attrs: dict[str, Any] | None, better: Callable[[float, float | None], bool],
+                   ) -> tuple[StudyInfo, int]:
+        """A new study ``name`` (``definition``, initial ``state``) holding a copy of every finished
+        trial of study ``source_id``, in one transaction: the copy is whole or absent. Conflict
+        ``name_conflict`` when the name is taken, also by a create or copy racing this one (the
+        unique name decides: the loser's transaction stores nothing); ``(study, trials copied)``.
+        ``better(value, best)``: whether a feasible completed value beats the best so far."""
+        conflict = Conflict(f"a study named {name!r} exists", field="name", code="name_conflict")
+        try:
+            with self._write() as s:
+                if s.get(StudyRow, source_id) is None:
+                    raise NotFound(f"study {source_id} not found", field="study")
+                if s.scalar(select(StudyRow.id).where(StudyRow.name == name)) is not None:
+                    raise conflict
+                row = StudyRow(name=name, definition=definition, created_at=now(), next_number=0, n_complete=0,
+                               state=state, snapshot_version=0, snapshot_n_obs=0, user_attrs=user_attrs or None)
+                s.add(row)
+                s.flush()
+                source = s.scalars(select(TrialRow).where(TrialRow.study_id == source_id,
+                                                          TrialRow.state.in_(FINISHED_STATES))
+                                   .order_by(TrialRow.number)).all()
+                specs = [{"params": t.params, "ukey": t.ukey, "state": t.state, "value": t.value, "values": t.values,
+                          "constraints": t.constraints, "user_attrs": t.user_attrs, "origin": "copied"}
+                         for t in source]
+                tx = StudyTx(s, row)
+                tx.add_finished(specs, lambda v: better(v, row.best_value))
+                study_id = row.id
+        except IntegrityError:  # a concurrent create or copy of the same name committed first
+            raise conflict from None
+        return self.get_study(study_id), len(specs)
 
     def _by_name(self, name: str) -> StudyRow | None:
         with self._read() as s:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, String, and_, bindparam, exists, func, select, update
 
 from ..errors import NotFound
 from .info import as_utc, not_alive, now
@@ -57,12 +57,23 @@ class TrialQueries:
                 where.append(TrialRow.state == state)
             if origin is not None:
                 where.append(TrialRow.origin.is_(None) if origin == "asked" else TrialRow.origin == origin)
-            for k, v in (user_attrs or {}).items():
-                where.append(TrialRow.user_attrs[k].as_string() == v)
+            where.extend(self._string_attr(k, v) for k, v in (user_attrs or {}).items())
             total = s.scalar(select(func.count()).select_from(TrialRow).where(*where)) or 0
             rows = list(s.scalars(select(TrialRow).where(*where).order_by(TrialRow.number)
                                   .limit(limit).offset(offset)))
             return rows, int(total)
+
+    def _string_attr(self, key: str, value: str) -> ColumnElement[bool]:
+        """A trial's user attribute ``key`` is the string ``value``: the key and value as bound
+        parameters, never part of a JSON path (SQLite's paths cannot quote every key: a ``"`` is an
+        error, and ``\\`` or non-ASCII text reads another key), and a number or ``true`` whose text is
+        ``value`` does not match, on either backend."""
+        if self.dialect == "postgresql":
+            attr = TrialRow.user_attrs.op("->")(bindparam(None, key, type_=String))
+            return and_(func.json_typeof(attr) == "string",
+                        TrialRow.user_attrs.op("->>")(bindparam(None, key, type_=String)) == value)
+        each = func.json_each(TrialRow.user_attrs).table_valued("key", "type", "value")
+        return exists().where(each.c.key == key, each.c.type == "text", each.c.value == value)
 
     def get_trial(self, study_id: int, trial_id: int) -> TrialRow:
         with self._read() as s:

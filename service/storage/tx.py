@@ -138,6 +138,10 @@ class StudyTx:
         if spec.get("user_attrs"):
             trial.user_attrs = {**(trial.user_attrs or {}), **spec["user_attrs"]}
 
+    def remove_waiting(self, trial: TrialRow) -> None:
+        """Take an enqueued trial that no ask has handed out yet off the queue (its number is not reused)."""
+        self.session.delete(trial)
+
     def finish(self, trial: TrialRow, state: str, value: float | None,
                record: dict[str, Any] | None = None, better: bool = False, *,
                constraints: list[float] | None = None, values: list[float] | None = None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from calibo.engine.errors import FieldError
+from calibo.engine.study import StudySpec
 
 from ..errors import Conflict, InvalidRequest
 from ..storage import StudyInfo
@@ -47,6 +48,17 @@ class AddedTrials:
             return {"id": row["id"], "number": row["number"], "params": params, "state": "waiting",
                     "origin": "enqueued", "user_attrs": user_attrs or {}}, True
 
+    def dequeue(self, study_id: int, trial_id: int) -> None:
+        """Remove an enqueued trial that no ask has handed out yet; Conflict ``trial_not_waiting`` for a
+        trial an ask handed out (it runs or has finished: tell it instead), NotFound for an unknown one."""
+        with self.storage.locked(study_id) as tx:
+            trial = tx.trial(trial_id)
+            if trial.state != "waiting":
+                raise Conflict(f"trial {trial.number} is {trial.state}, not waiting: only an enqueued trial no ask "
+                               "has handed out can be removed (tell a running one failed instead)",
+                               field="trial_id", code="trial_not_waiting")
+            tx.remove_waiting(trial)
+
     def add(self, study_id: int, trials: list[dict[str, Any]], origin: str = "added") -> list[dict[str, Any]]:
         """Record trials evaluated elsewhere (``params`` and ``value``, or ``state: failed``; a
         constrained study's ``constraints``; ``user_attrs``): they count in the next fit and the best
@@ -83,23 +95,14 @@ class AddedTrials:
 
     def copy(self, study_id: int, name: str, user_attrs: dict[str, Any] | None = None) -> tuple[StudyInfo, int]:
         """A new study named ``name`` with the same definition and every finished trial of this one
-        (copied: their values, constraints and attributes, no predictions); ``(study, trials copied)``."""
+        (copied: their values, constraints and attributes, no predictions); ``(study, trials copied)``.
+        One transaction: concurrent copies and creates of one name leave one study, whole; the others
+        get Conflict ``name_conflict``."""
         check_name(name)
-        src = self.storage.get_study(study_id)
-        if self.storage.exists(name):
-            raise Conflict(f"a study named {name!r} exists", field="name", code="name_conflict")
-        info, _ = self._create(name, src.definition, user_attrs)
-        rows = self.storage.finished_trials(study_id)
-        specs = [{"params": r.params, "ukey": r.ukey, "state": r.state, "value": r.value, "values": r.values,
-                  "constraints": r.constraints, "user_attrs": r.user_attrs, "origin": "copied"} for r in rows]
-        sd = self.study(info.id)
-        try:
-            for lo in range(0, len(specs), MAX_ADDED):
-                with self.storage.locked(info.id) as tx:
-                    tx.add_finished(specs[lo : lo + MAX_ADDED], lambda v: sd.better(v, tx.study.best_value))
-        except BaseException:  # a copy is whole or absent: never half a study under the new name
-            self.delete(info.id)
-            raise
-        if sd.config.fits(sum(r.state == "complete" for r in rows)) and self.fits is not None:
+        sd = self.study(study_id)
+        definition = self.storage.definition(study_id)
+        state = StudySpec.from_definition(definition).initial_state().to_dict()
+        info, n = self.storage.copy_study(study_id, name, definition, state, user_attrs, sd.better)
+        if sd.config.fits(info.n_complete) and self.fits is not None:
             self.fits.request(info.id)
-        return self.storage.get_study(info.id), len(specs)
+        return info, n

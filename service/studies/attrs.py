@@ -5,7 +5,7 @@ The API validates them once, in its schemas (``calibo.server.api.schemas.UserAtt
 accepted only if every backend stores it and gives it back unchanged: strings and keys
 without NUL (PostgreSQL refuses it in text and JSON) or unpaired UTF-16 surrogates (not
 encodable as UTF-8, so no response could carry them), finite numbers (JSON has no NaN
-or infinity), nesting at most ``MAX_DEPTH`` deep and at most ``MAX_USER_ATTRS_BYTES`` as
+or infinity; -0.0 is kept as 0.0, which SQLite cannot tell apart), nesting at most ``MAX_DEPTH`` deep and at most ``MAX_USER_ATTRS_BYTES`` as
 compact JSON.
 
 ``change_study_attrs`` sets and deletes a study's attributes after creation (PATCH
@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 from ..errors import InvalidRequest
+from ..finite import finite
 
 MAX_USER_ATTRS_BYTES = 16_384  # a study's or trial's user_attrs, as compact JSON
 MAX_USER_ATTRS_KEYS = 64  # keys at the top level
@@ -83,7 +84,7 @@ def storable_attrs(attrs: Any) -> dict[str, Any]:
     size = len(json.dumps(attrs, separators=(",", ":"), ensure_ascii=False).encode())
     if size > MAX_USER_ATTRS_BYTES:
         raise AttrError("", f"at most {MAX_USER_ATTRS_BYTES} bytes as JSON (got {size})")
-    return attrs
+    return finite(attrs)  # -0.0 as 0.0: what every backend reads back
 
 
 def change_study_attrs(storage: Any, study_id: int, put: dict[str, Any] | None, drop: list[str] | None

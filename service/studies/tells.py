@@ -43,7 +43,13 @@ class TellSteps:
                 if trial.state == state and same_value(trial.value, value) and \
                         (constraints is None or trial.constraints == constraints) and \
                         (values is None or trial.values == values):
-                    out.append((trial_view(trial), False))
+                    changed = _new_attrs(trial.user_attrs, attrs)
+                    if changed:  # a finished trial's attributes are its record: not rewritten by a repeat
+                        out.append(Conflict(f"trial {trial.number} already finished with other user attributes "
+                                            f"({', '.join(map(repr, changed[:5]))}): a repeated tell may only "
+                                            "repeat them", field="user_attrs", code="trial_finished"))
+                    else:
+                        out.append((trial_view(trial), False))
                     continue
                 told = f"{trial.state}" + (f" with value {trial.value!r}" if trial.value is not None else "")
                 out.append(Conflict(f"trial {trial.number} already finished as {told}",
@@ -66,3 +72,22 @@ class TellSteps:
             tx.set_state(adaptive.to_dict())
         n_complete = tx.study.n_complete
         return [r if isinstance(r, Exception) else (*r, n_complete) for r in out]
+
+
+def _new_attrs(stored: dict[str, Any] | None, told: dict[str, Any] | None) -> list[str]:
+    """The keys of ``told`` that ``stored`` lacks or holds with another value (JSON equality: ``1`` and
+    ``1.0`` are the same number, ``true`` is not ``1``)."""
+    stored = stored or {}
+    return [k for k, v in (told or {}).items() if k not in stored or not _same_json(stored[k], v)]
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    return type(a) is type(b) and a == b

@@ -183,7 +183,7 @@ class Param:
             x = int(round(x))
         if x < self.low or x > self.high:  # type: ignore[operator]
             raise ParamError(self.name, f"{value!r} is outside [{self.low}, {self.high}]")
-        return x
+        return x + 0.0 if isinstance(x, float) else x  # -0.0 as 0.0: SQLite keeps no sign
 
     def index_of(self, value: Any) -> int:
         key = choice_key(value)

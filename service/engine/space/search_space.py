@@ -106,8 +106,10 @@ class SearchSpace(Conditions, Sampling):
         return set(self.active_names(params)) <= set(params)
 
     def validate_partial(self, params: Any) -> dict[str, Any]:
-        """Some of a configuration (an enqueued one): known parameters with valid values; a parameter
-        given must be active under the values given for its parents (when they are given)."""
+        """Some of a configuration (an enqueued one): known parameters with valid values; a conditional
+        parameter given comes with its parent, and the parent's value makes it active (else the
+        configuration could be completed with a parent value under which it is inactive: no ask could
+        hand it out)."""
         if not isinstance(params, dict):
             raise ParamError("params", "must be an object mapping parameter names to values")
         by_name = {p.name: p for p in self.params}
@@ -119,7 +121,10 @@ class SearchSpace(Conditions, Sampling):
         for p in self._validation_order():
             if p.name in out and p.condition is not None:
                 parent, values = p.condition
-                if parent in out and not any(choice_key(out[parent]) == choice_key(v) for v in values):
+                if parent not in out:
+                    raise ParamError(p.name, f"conditional parameter without its parent: it is active only when "
+                                             f"{parent!r} is one of {list(values)!r}, so give {parent!r} too")
+                if not any(choice_key(out[parent]) == choice_key(v) for v in values):
                     raise ParamError(p.name, f"inactive parameter: it is active only when {parent!r} is one "
                                              f"of {list(values)!r}")
         if self.complete(out):
