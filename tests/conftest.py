@@ -190,6 +190,33 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
 
 
 @pytest.fixture
+def servers() -> Iterator[list[LiveServer]]:
+    """Servers a test starts (``servers.append(LiveServer(...).start())``), all stopped at its end."""
+    started: list[LiveServer] = []
+    yield started
+    for srv in started:
+        srv.stop()
+
+
+REDIS = os.environ.get("CALIBO_TEST_REDIS", "redis://127.0.0.1:6379")
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> str:
+    """The Redis at ``CALIBO_TEST_REDIS``: skips without one, unless ``CALIBO_REQUIRE_REDIS=1`` or
+    ``CI=true``, where it fails."""
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS, socket_connect_timeout=2).ping()
+    except Exception as e:  # noqa: BLE001 - any failure means: no server to test against
+        if os.environ.get("CALIBO_REQUIRE_REDIS") == "1" or os.environ.get("CI") == "true":
+            pytest.fail(f"Redis is required here but unreachable at {REDIS}: {e}")
+        pytest.skip(f"no Redis at {REDIS}: {e}")
+    return REDIS
+
+
+@pytest.fixture
 def http(server: LiveServer) -> Iterator[httpx.Client]:
     with server.client() as c:
         yield c
@@ -216,7 +243,7 @@ LIVE_FILES = {
     "test_api.py", "test_auth.py", "test_client_interrupt.py", "test_client_live.py", "test_cluster.py",
     "test_cold_start.py", "test_concurrency.py", "test_dashboard.py", "test_faults.py", "test_fit_pool.py",
     "test_http_edge.py", "test_load.py", "test_observability.py", "test_probe.py", "test_rate_limit.py",
-    "test_reliability.py", "test_restart.py", "test_schemathesis.py",
+    "test_reliability.py", "test_restart.py", "test_schemathesis.py", "test_auth_throttle.py",
 }
 SLOW_FILES = {
     "test_calibration_bench.py",  # the calibration benchmark's scoring, on its own rows

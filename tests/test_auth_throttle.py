@@ -15,43 +15,23 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from conftest import LiveServer, free_port
 from pydantic import ValidationError
+from test_rate_limit import _address, _assert_429
 
 from calibo.server.api.middleware import BearerAuth
 from calibo.server.api.ratelimit import Limiter
 from calibo.server.app import create_app
 from calibo.server.config import Settings
 
-pytestmark = pytest.mark.live  # starts servers (conftest's LIVE_FILES does not name this file)
-
-REDIS = os.environ.get("CALIBO_TEST_REDIS", "redis://127.0.0.1:6379")
-
 
 def _start(tmp_path: Path, **settings: object) -> LiveServer:
     tokens = str(settings.pop("api_tokens", ""))
     return LiveServer(f"sqlite:///{tmp_path / f'{uuid.uuid4().hex[:8]}.db'}", workers=0, api_tokens=tokens,
                       settings=settings).start()
-
-
-@pytest.fixture
-def servers() -> Iterator[list[LiveServer]]:
-    """Servers a test starts (``servers.append(_start(...))``), all stopped at its end."""
-    started: list[LiveServer] = []
-    yield started
-    for srv in started:
-        srv.stop()
-
-
-def _address() -> str:
-    """A client address of its own (a test's counts never meet another's, in Redis neither)."""
-    n = uuid.uuid4().int
-    return f"10.{n % 250}.{(n >> 8) % 250}.{(n >> 16) % 250 + 1}"
 
 
 def _bearer(token: str | None, forwarded: str | None = None) -> dict[str, str]:
@@ -61,16 +41,6 @@ def _bearer(token: str | None, forwarded: str | None = None) -> dict[str, str]:
     return headers
 
 
-def _assert_429(r: httpx.Response, field: str | None, most: int) -> int:
-    assert r.status_code == 429, (r.status_code, r.text)
-    body = r.json()["error"]
-    assert body["code"] == "too_many_requests" and body["field"] == field, r.text
-    wait = r.headers.get("retry-after", "")
-    assert wait.isdigit() and 1 <= int(wait) <= most, f"Retry-After {wait!r}"
-    return int(wait)
-
-
-# ------------------------------------------------------------------ a throttled address
 def test_past_the_limit_valid_tokens_from_the_address_are_served_and_guesses_get_429(
         tmp_path: Path, servers: list[LiveServer], monkeypatch: pytest.MonkeyPatch) -> None:
     # every client of this server is 127.0.0.1 (no proxy is trusted): one shared address
@@ -132,19 +102,6 @@ def test_a_valid_token_from_a_throttled_address_keeps_its_own_rate_limit(tmp_pat
 
 
 # ------------------------------------------------------------------ shared storage (Redis)
-@pytest.fixture(scope="module")
-def redis_url() -> str:
-    import redis
-
-    try:
-        redis.Redis.from_url(REDIS, socket_connect_timeout=2).ping()
-    except Exception as e:  # noqa: BLE001 - any failure means: no server to test against
-        if os.environ.get("CALIBO_REQUIRE_REDIS") == "1" or os.environ.get("CI") == "true":
-            pytest.fail(f"Redis is required here but unreachable at {REDIS}: {e}")
-        pytest.skip(f"no Redis at {REDIS}: {e}")
-    return REDIS
-
-
 def test_two_replicas_share_the_throttle_and_both_serve_valid_tokens(tmp_path: Path, servers: list[LiveServer],
                                                                     redis_url: str) -> None:
     token = f"valid-{uuid.uuid4().hex}"

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -28,23 +27,12 @@ from calibo.server.api.middleware import BearerAuth
 from calibo.server.app import create_app
 from calibo.server.config import Settings
 
-REDIS = os.environ.get("CALIBO_TEST_REDIS", "redis://127.0.0.1:6379")
-
 
 def _start(tmp_path: Path, **settings: object) -> LiveServer:
     tokens = str(settings.pop("api_tokens", ""))
     settings.setdefault("trusted_proxies", "127.0.0.1")  # the test process, a proxy for many addresses
     return LiveServer(f"sqlite:///{tmp_path / f'{uuid.uuid4().hex[:8]}.db'}", workers=0, api_tokens=tokens,
                       settings=settings).start()
-
-
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[list[LiveServer]]:
-    """Servers a test starts (``servers.append(_start(...))``), all stopped at its end."""
-    started: list[LiveServer] = []
-    yield started
-    for srv in started:
-        srv.stop()
 
 
 def _address() -> str:
@@ -163,19 +151,6 @@ def test_without_auth_the_limit_is_per_client_address(tmp_path: Path, servers: l
 
 
 # ------------------------------------------------------------------ shared storage (Redis)
-@pytest.fixture(scope="module")
-def redis_url() -> str:
-    import redis
-
-    try:
-        redis.Redis.from_url(REDIS, socket_connect_timeout=2).ping()
-    except Exception as e:  # noqa: BLE001 - any failure means: no server to test against
-        if os.environ.get("CALIBO_REQUIRE_REDIS") == "1" or os.environ.get("CI") == "true":
-            pytest.fail(f"Redis is required here but unreachable at {REDIS}: {e}")
-        pytest.skip(f"no Redis at {REDIS}: {e}")
-    return REDIS
-
-
 def test_two_replicas_share_one_limit_through_redis(tmp_path: Path, servers: list[LiveServer],
                                                    redis_url: str) -> None:
     token = f"shared-{uuid.uuid4().hex}"  # its counts are this test's own, in a Redis others use
