@@ -194,11 +194,13 @@ def test_a_study_told_extreme_values_keeps_fitting_and_asking(directions) -> Non
     assert {"cv+", "split"} <= methods
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 @pytest.mark.parametrize("shape", ["one_objective", "two_objectives", "constraint"])
 def test_every_outcome_an_extreme_of_alternating_sign_keeps_predictions_finite(shape: str) -> None:
     """Each told value an extreme, their signs alternating (the median distance between values then
     overflows): every fit lands and every prediction, record and state is finite JSON, through the
-    raw, CV+ and split schedules, with two and three parameters."""
+    raw, CV+ and split schedules, with two and three parameters; no step overflows on the way (an
+    overflow warning is an error: the tie check of the incumbent took the span of +-1.8e308)."""
     import json
 
     from calibo.engine import Optimizer

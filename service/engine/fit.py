@@ -100,12 +100,13 @@ def quantum(values: np.ndarray) -> float:
     v = np.sort(np.asarray(values, dtype=float))
     if v.size < 2:
         return 0.0
-    tol = 1e-9 * max(float(v[-1] - v[0]), 1e-300)
-    if v[1] - v[0] > tol:  # the best is not tied
+    half = 0.5 * v  # distances of halves: outcomes near +-1.8e308 span more than the largest float
+    tol = 1e-9 * max(float(half[-1] - half[0]), 1e-300)
+    if half[1] - half[0] > tol:  # the best is not tied
         return 0.0
-    gaps = np.diff(v)
+    gaps = np.diff(half)
     steps = gaps[gaps > tol]
-    return float(steps.min()) if steps.size else 0.0
+    return float(min(2.0 * float(steps.min()), np.finfo(float).max)) if steps.size else 0.0
 
 
 def _improvable(best: float, raw: np.ndarray, feasible: np.ndarray, warp) -> float:
