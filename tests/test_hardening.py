@@ -107,6 +107,23 @@ def test_an_enqueued_trial_can_be_taken_back_before_an_ask_hands_it_out(http: ht
     assert [x["id"] for x in listed["trials"]] == [second["id"]] and listed["total"] == 1
 
 
+def test_a_skipped_enqueue_answers_the_earliest_matching_trial(http: httpx.Client) -> None:
+    """Several trials hold the values (queued twice, then one handed out and told): the skipped
+    enqueue answers the earliest on both backends. PostgreSQL reads an updated row after the others,
+    and the answer was the later trial there."""
+    sid = create(http, XY)["id"]
+    params = {"x": 0.25, "y": 0.75}
+    first = http.post(f"/v1/studies/{sid}/enqueue", json={"params": params}).json()
+    second = http.post(f"/v1/studies/{sid}/enqueue", json={"params": params, "skip_if_exists": False}).json()
+    assert second["number"] == first["number"] + 1
+    (t,) = http.post(f"/v1/studies/{sid}/ask", json={}).json()["trials"]
+    assert t["id"] == first["id"]
+    assert http.post(f"/v1/studies/{sid}/trials/{t['id']}/tell", json={"value": 1.0}).status_code == 200
+    for partial in (params, {"x": 0.25}):
+        again = http.post(f"/v1/studies/{sid}/enqueue", json={"params": partial, "skip_if_exists": True})
+        assert again.status_code == 200 and again.json()["id"] == first["id"], again.text
+
+
 def test_the_client_dequeues_and_a_retry_finds_it_done(server: LiveServer) -> None:
     with Client(server.url) as client:
         study = client.create_study(unique(), XY)

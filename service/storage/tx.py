@@ -38,10 +38,13 @@ class StudyTx:
         return sorted(self.session.scalars(q), key=lambda t: t.number)[:limit]
 
     def trials_with_params(self, params: dict[str, Any]) -> list[TrialRow]:
-        """Trials whose parameters include every ``params`` value (an enqueue's skip_if_exists)."""
+        """Trials whose parameters include every ``params`` value (an enqueue's skip_if_exists), by
+        number: the first is the one a skipped enqueue answers with, on either backend (PostgreSQL
+        returns rows in no set order)."""
         q = select(TrialRow).where(TrialRow.study_id == self.study.id)
-        return [t for t in self.session.scalars(q)
-                if all(k in t.params and t.params[k] == v for k, v in params.items())]
+        return sorted((t for t in self.session.scalars(q)
+                       if all(k in t.params and t.params[k] == v for k, v in params.items())),
+                      key=lambda t: t.number)
 
     def finished_keys_since(self, seq: int) -> list[tuple[str, int]]:
         """``(key, finish_seq)`` of every trial finished after position ``seq`` (0: all of them)."""
