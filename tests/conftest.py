@@ -235,7 +235,7 @@ def unique(prefix: str = "study") -> str:
 #   slow: SLOW_FILES and SLOW_TESTS (long statistical, search or benchmark-like tests: a case over
 #         ~1.5 s, or its cases together over ~4 s, in ``--durations`` of the whole suite with
 #         ``-n 2`` on 2 cores), or the file or test marks itself slow (``pytestmark =
-#         pytest.mark.slow``; tests/test_golden.py does);
+#         pytest.mark.slow``, or ``@pytest.mark.slow`` on the test: tests/test_golden.py's asks);
 #   unit: every other test (no server, no database server, fast).
 # A test that marks itself keeps its own marker; ``unit`` is added only to a test neither live nor slow.
 LIVE_FIXTURES = {"server", "live_server", "http", "pg_server", "pg_databases"}
