@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 import warnings
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -311,3 +312,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if stale:  # a renamed slow test would otherwise fall silently into `make test-fast`
         warnings.warn(pytest.PytestWarning(f"tests/conftest.py SLOW_TESTS names no collected test: {stale}"),
                       stacklevel=1)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """tests/test_docs.py's count, summed over its pages (xdist's reports carry user properties)."""
+    ran, skipped = 0, Counter()
+    for report in (r for reports in terminalreporter.stats.values() for r in reports):
+        for name, value in getattr(report, "user_properties", ()):
+            if name == "docs" and getattr(report, "when", "call") == "call":
+                ran += value["run"]
+                skipped.update(value["not run"])
+    if ran or skipped:
+        reasons = "; ".join(f"{n} {why}" for why, n in skipped.most_common())
+        terminalreporter.write_line(f"docs: {ran} blocks run, {skipped.total()} not run here ({reasons})")
