@@ -17,6 +17,7 @@ The REST reference's table of calls names every route of the app's OpenAPI docum
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import re
 import shlex
@@ -42,9 +43,11 @@ SHELL = {"bash", "sh", "shell"}
 NOT_CODE = {"text", "json", "yaml"}  # what a command prints, request and answer bodies, manifests
 # a block that does not run here: its first line says why
 NOT_RUN = re.compile(r"#\s*not run by the docs tests:\s*(?P<reason>\S.*?)\s*$")
+ALMOST_NOT_RUN = re.compile(r"#\s*not run\b.*", re.IGNORECASE)  # a marker misspelt, or with no reason
 # the server the pages talk to: `calibo serve`'s default address, and the cluster's service names
 SERVER_URLS = re.compile(r"http://(?:127\.0\.0\.1|localhost|calibo|server):8000")
 SHELL_TIMEOUT = 300  # seconds; a shell block that hangs fails instead of hanging the suite
+PAGE_TIMEOUT = 600  # seconds; past it, a page whose Python hangs ends the test process with its traceback
 
 
 @dataclass
@@ -127,12 +130,17 @@ def test_every_block_of_the_page_runs_as_written(page: Path, docs_server: LiveSe
     assert not unknown, (f"{page_id(page)}: fences whose language this test does not know, at lines "
                          f"{', '.join(unknown)}: ```python and ```bash run, ```text (what a command "
                          f"prints), ```json and ```yaml do not")
+    unclear = [e.line for e in examples if e.parsed.not_run is None
+               and ALMOST_NOT_RUN.fullmatch(e.parsed.source.split("\n", 1)[0].strip())]
+    assert not unclear, (f"{page_id(page)}: the blocks at lines {unclear} look marked as not run, but "
+                         "not as '# not run by the docs tests: <reason>'")
     with Client(docs_server.url) as client:  # each page starts on an empty server, as a reader's
         for study in client.list_studies():
             client.delete_study(study["id"])
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path))  # what a page writes there (Ray Tune's results) too
     monkeypatch.setenv("CALIBO_URL", docs_server.url)
+    faulthandler.dump_traceback_later(PAGE_TIMEOUT, exit=True)
     try:
         for example in examples:
             try:
@@ -141,6 +149,7 @@ def test_every_block_of_the_page_runs_as_written(page: Path, docs_server: LiveSe
                 e.add_note(f"in the {example.parsed.language} block at {page_id(page)}:{example.line}")
                 raise
     finally:
+        faulthandler.cancel_dump_traceback_later()
         if "ray" in sys.modules and sys.modules["ray"].is_initialized():
             sys.modules["ray"].shutdown()  # a page's Ray Tune experiment started a local Ray cluster
     code = [e.parsed for e in examples if e.parsed.language in PYTHON | SHELL]
