@@ -174,6 +174,7 @@ def documented_commands() -> list[tuple[str, int, list[str]]]:
     return found
 
 
+@pytest.mark.slow  # a --help of each benchmark suite: about 4 s
 def test_the_benchmark_and_make_commands_the_pages_show_exist() -> None:
     """A command that is not run here still names a Makefile target and flags its suite takes."""
     makefile = (ROOT / "Makefile").read_text()
