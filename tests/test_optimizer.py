@@ -299,3 +299,17 @@ def test_used_up_candidates_fall_back_to_quasi_random_points() -> None:
     assert [s.prediction is not None for s in got] == [True] * n + [False] * 4
     keys = [space.key(s.params) for s in got]
     assert len(set(keys)) == n + 4 and not set(keys) & set(space.keys(snap.observed))
+
+
+def test_a_failed_tell_ends_the_trial_and_its_configuration_is_not_suggested_again() -> None:
+    space = {"k": {"type": "categorical", "choices": ["a", "b", "c"]}}
+    opt = Optimizer(space, seed=0, n_warmup=2)
+    (s,) = opt.ask()
+    opt.tell(s.params, state="failed")
+    assert opt.pending == [] and opt.failed == [s.params] and opt.observations == []
+    later = [opt.ask()[0].params for _ in range(2)]
+    assert s.params not in later and len({p["k"] for p in later}) == 2
+    with pytest.raises(ParamError, match="state"):
+        opt.tell(later[0], 1.0, state="running")
+    with pytest.raises(ParamError, match="value"):
+        opt.tell(later[0], 1.0, state="failed")

@@ -164,21 +164,24 @@ class Optimizer:
     def _value(self, value: Any) -> Any:
         return check_values(value, len(self.directions), "value") if self.multi else check_value(value)
 
-    def tell(self, params: dict[str, Any], value: Any, prediction: dict[str, Any] | None = None,
-             constraints: Sequence[float] | None = None) -> None:
+    def tell(self, params: dict[str, Any], value: Any = None, prediction: dict[str, Any] | None = None,
+             constraints: Sequence[float] | None = None, state: str = "complete") -> None:
         """Record ``value`` (a list of values, one per objective, with several objectives; and the
         constraint values) for ``params``; a pending suggestion's prediction adapts the calibration
-        states (ACI / DtACI), as does ``prediction`` when given.
-        Raises ``ParamError`` for a bad value, constraints or params."""
+        states (ACI / DtACI), as does ``prediction`` when given. ``state="failed"`` ends a trial
+        that failed (no value): it is no longer running, and never suggested again.
+        Raises ``ParamError`` for a bad value, constraints, params or state."""
         params = self.space.validate(params)
+        if state == "failed":
+            self.add(params, value, state="failed")
+            self._take_pending(self.space.key(params))
+            return
+        if state != "complete":
+            raise ParamError("state", "must be complete or failed")
         value = self._value(value)
         cons = self._constraint_values(constraints)
-        key = self.space.key(params)
-        for i, (p, pred) in enumerate(self.pending):
-            if self.space.key(p) == key:
-                del self.pending[i]
-                prediction = prediction if prediction is not None else pred
-                break
+        pred = self._take_pending(self.space.key(params))
+        prediction = prediction if prediction is not None else pred
         t = time.perf_counter()
         if isinstance(prediction, dict):
             prediction = Prediction.from_dict(prediction)
@@ -187,6 +190,14 @@ class Optimizer:
         if record is not None:
             self.records.append(record.to_dict())
         self._observe(params, value, cons)
+
+    def _take_pending(self, key: Any) -> dict[str, Any] | None:
+        """Take the pending suggestion of these params off the running list: its prediction, if any."""
+        for i, (p, pred) in enumerate(self.pending):
+            if self.space.key(p) == key:
+                del self.pending[i]
+                return pred
+        return None
 
     def add(self, params: dict[str, Any], value: float | None = None, constraints: Sequence[float] | None = None,
             state: str = "complete") -> None:
