@@ -65,9 +65,12 @@ class Conditions:
         """(n, dim) whether each parameter is active in each (snapped) unit row."""
         u = np.atleast_2d(u)
         active = np.ones(u.shape, dtype=bool)
+        for j, p in enumerate(self.params):
+            if p.grown:  # a row that lacks it (told before it was added)
+                active[:, j] = u[:, j] >= 0
         for j, parent, values in self._conditions:
             on = active[:, parent] & np.isin(self.params[parent].decoded(u[:, parent]), list(values))
-            active[:, j] = on
+            active[:, j] = on & active[:, j]
         return active
 
     def _apply_conditions(self, u: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:

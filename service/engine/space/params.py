@@ -47,6 +47,9 @@ class Param:
     log: bool = False
     choices: tuple[Any, ...] = ()
     condition: tuple[str, tuple[Any, ...]] | None = None  # (parent name, values that activate it)
+    # added to the study's space after trials were told (or its condition widened): a configuration may
+    # lack it where it is active (those trials do), and is encoded as if it were switched off there
+    grown: bool = False
 
     # ----------------------------------------------------------------- build
     @classmethod
@@ -57,10 +60,13 @@ class Param:
         where = f"space.{name}"
         if not isinstance(d, dict):
             raise SpaceError(where, "must be an object with a 'type'")
-        unknown = set(d) - {"type", "low", "high", "log", "choices", "condition"}
+        unknown = set(d) - {"type", "low", "high", "log", "choices", "condition", "grown"}
         if unknown:
             raise SpaceError(f"{where}.{sorted(unknown)[0]}", "unknown key")
         condition = parse_condition(d.get("condition"), where) if "condition" in d else None
+        grown = d.get("grown", False)
+        if not isinstance(grown, bool):
+            raise SpaceError(f"{where}.grown", "must be true or false")
         kind = d.get("type")
         if kind not in PARAM_TYPES:
             raise SpaceError(f"{where}.type", f"must be one of {', '.join(PARAM_TYPES)}")
@@ -83,8 +89,8 @@ class Param:
             if not math.isfinite(float(high) - float(low)):
                 raise SpaceError(f"{where}.high", "the range high - low must be a finite number")
             if kind == "int":
-                return cls(name, kind, int(low), int(high), log, condition=condition)
-            return cls(name, kind, float(low), float(high), log, condition=condition)
+                return cls(name, kind, int(low), int(high), log, condition=condition, grown=grown)
+            return cls(name, kind, float(low), float(high), log, condition=condition, grown=grown)
         # categorical / ordinal
         for key in ("low", "high", "log"):
             if key in d:
@@ -103,7 +109,7 @@ class Param:
                 raise SpaceError(f"{where}.choices", "numeric choices must be finite")
         if len({choice_key(c) for c in choices}) != len(choices):
             raise SpaceError(f"{where}.choices", "choices must be distinct")
-        return cls(name, kind, choices=tuple(choices), condition=condition)
+        return cls(name, kind, choices=tuple(choices), condition=condition, grown=grown)
 
     def to_dict(self) -> dict[str, Any]:
         if self.type in ("float", "int"):
@@ -112,16 +118,23 @@ class Param:
             out = {"type": self.type, "choices": list(self.choices)}
         if self.condition is not None:
             out["condition"] = {"parent": self.condition[0], "values": list(self.condition[1])}
+        if self.grown:
+            out["grown"] = True
         return out
 
     # ------------------------------------------------------------- transforms
     @property
     def n_features(self) -> int:
-        """Model columns: a categorical's one-hot block; a number's coordinate (and, when it is
-        conditional, its activity indicator)."""
+        """Model columns: a categorical's one-hot block; a number's coordinate (and, when it may be
+        inactive, i.e. conditional or grown, its activity indicator)."""
         if self.type == "categorical":
             return len(self.choices)
-        return 2 if self.condition is not None else 1
+        return 2 if self.optional else 1
+
+    @property
+    def optional(self) -> bool:
+        """Whether a configuration may lack it: it is conditional, or was added after trials were told."""
+        return self.condition is not None or self.grown
 
     def decoded(self, u: np.ndarray) -> np.ndarray:
         """What a condition on this parameter compares: choice indices, or integer values."""

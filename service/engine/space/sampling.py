@@ -52,7 +52,7 @@ class Sampling:
         mask = rng.random(child.shape) < 0.5
         none = ~mask.any(axis=1)
         mask[none, rng.integers(0, self.dim, none.sum())] = True
-        if self._conditions:  # only active coordinates move; an inactive one stays INACTIVE
+        if self._optional:  # only active coordinates move; an inactive one stays INACTIVE (snap draws a grown one)
             mask &= base >= 0
         for j, p in enumerate(self.params):
             m = mask[:, j]

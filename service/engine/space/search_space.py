@@ -25,6 +25,8 @@ class SearchSpace(Conditions, Sampling):
     # per conditional parameter, in an order where parents come first: (column, parent column,
     # the parent's decoded values that activate it)
     _conditions: tuple[tuple[int, int, frozenset], ...] = field(init=False, repr=False, compare=False)
+    # whether a configuration may lack a parameter (one is conditional, or grown: see ``grow``)
+    _optional: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         slices, start = [], 0
@@ -33,6 +35,7 @@ class SearchSpace(Conditions, Sampling):
             start += p.n_features
         object.__setattr__(self, "_feature_slices", tuple(slices))
         object.__setattr__(self, "_conditions", self._resolve_conditions())
+        object.__setattr__(self, "_optional", any(p.optional for p in self.params))
 
     @classmethod
     def from_dict(cls, d: Any) -> SearchSpace:
@@ -50,6 +53,12 @@ class SearchSpace(Conditions, Sampling):
 
     def to_dict(self) -> dict[str, Any]:
         return {p.name: p.to_dict() for p in self.params}
+
+    def grow(self, changes: Any) -> SearchSpace:
+        """This space grown by ``changes`` (``{name: parameter}``): see ``growth.grow``."""
+        from .growth import grow
+
+        return grow(self, changes)
 
     @property
     def names(self) -> list[str]:
@@ -97,6 +106,9 @@ class SearchSpace(Conditions, Sampling):
                     raise ParamError(p.name, f"inactive parameter: {inactive[p.name]}")
                 continue
             if p.name not in params:
+                if p.grown:  # as the trials told before it was added: inactive, and so are its children
+                    inactive[p.name] = "absent (a parameter added after trials were told)"
+                    continue
                 raise ParamError(p.name, "missing")
             out[p.name] = p.validate(params[p.name])
         return {p.name: out[p.name] for p in self.params if p.name in out}
@@ -152,7 +164,7 @@ class SearchSpace(Conditions, Sampling):
         is ``INACTIVE``."""
         u = np.full((len(configs), self.dim), INACTIVE)
         for j, p in enumerate(self.params):
-            rows = [i for i, c in enumerate(configs) if p.name in c] if p.condition is not None else None
+            rows = [i for i, c in enumerate(configs) if p.name in c] if p.optional else None
             if rows is None:
                 vals = [p.index_of(c[p.name]) if p.type in ("categorical", "ordinal") else c[p.name]
                         for c in configs]
@@ -174,7 +186,7 @@ class SearchSpace(Conditions, Sampling):
                 cols.append([int(x) for x in v])
             else:
                 cols.append([float(x) for x in v])
-        if not self._conditions:
+        if not self._optional:
             return [dict(zip(self.names, row, strict=True)) for row in zip(*cols, strict=True)]
         on = u >= 0
         return [{n: col[i] for j, (n, col) in enumerate(zip(self.names, cols, strict=True)) if on[i, j]}
@@ -182,13 +194,18 @@ class SearchSpace(Conditions, Sampling):
 
     def snap(self, u: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
         """Rows moved onto valid configurations: every active coordinate onto its grid, every inactive
-        one to INACTIVE (``rng`` draws a parameter the row switches on without a value; else its centre)."""
+        one to INACTIVE (``rng`` draws a parameter the row switches on without a value; else its centre).
+        A grown parameter a row lacks (a trial told before it was added) is switched on the same way:
+        every configuration made here holds it where it is active."""
         u = np.atleast_2d(np.asarray(u, dtype=float))
         out = np.empty_like(u)
         for j, p in enumerate(self.params):
             out[:, j] = p.snap(u[:, j])
             if p.condition is not None:
                 out[u[:, j] < 0, j] = INACTIVE
+            elif p.grown and (off := u[:, j] < 0).any():
+                fresh = rng.random(int(off.sum())) if rng is not None else np.full(int(off.sum()), 0.5)
+                out[off, j] = p.snap(fresh)
         return self._apply_conditions(out, rng)
 
     def features(self, u: np.ndarray) -> np.ndarray:
@@ -201,7 +218,7 @@ class SearchSpace(Conditions, Sampling):
                 idx = p.from_unit(u[:, j]).astype(int)
                 rows = np.flatnonzero(on)
                 x[rows, sl.start + idx[rows]] = 1.0  # an inactive categorical is all zeros
-            elif p.condition is None:
+            elif not p.optional:
                 x[:, sl.start] = u[:, j]
             else:  # the coordinate (the centre when inactive) and the activity indicator
                 x[:, sl.start] = np.where(on, u[:, j], 0.5)
