@@ -117,7 +117,7 @@ class AsyncClient:
         self,
         name: str,
         space: dict[str, Any],
-        direction: str = "minimize",
+        direction: str | None = None,
         *,
         surrogate: str | None = None,
         acquisition: str | None = None,
@@ -129,8 +129,8 @@ class AsyncClient:
         directions: list[str] | None = None,
     ) -> AsyncStudy:
         """Create a study, or get the existing one with the same definition: an
-        :class:`~calibo.AsyncStudy` handle (``pruner`` as in :meth:`Client.create_study`;
-        options left as None are not sent)."""
+        :class:`~calibo.AsyncStudy` handle (``direction`` or ``directions``, and ``pruner``, as in
+        :meth:`Client.create_study`; options left as None are not sent)."""
         return AsyncStudy(self, await self._run(
             api.create_study(
                 name,
@@ -197,7 +197,8 @@ class AsyncClient:
         constraints: list[float] | None = None,
         user_attrs: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Finish a trial with its ``value``, or ``state="failed"`` / ``"pruned"``."""
+        """Finish a trial with its ``value``, or ``state="failed"`` / ``"pruned"`` (text, NaN and
+        infinity as in :meth:`Client.tell`)."""
         return await self._run(api.tell(study_id, trial_id, value, state, constraints, user_attrs))
 
     async def report(self, study_id: StudyRef, trial_id: TrialRef, step: int, value: float) -> bool:
@@ -266,6 +267,10 @@ class AsyncClient:
     ) -> AsyncStudy:
         """A new study ``name`` with the same definition and every finished trial (server side)."""
         return AsyncStudy(self, await self._run(api.copy_study(study_id, name, user_attrs)))
+
+    async def grow_space(self, study_id: StudyRef, space: dict[str, Any]) -> AsyncStudy:
+        """Grow the study's space (as :meth:`Client.grow_space`); the study's handle."""
+        return AsyncStudy(self, await self._run(api.grow_space(study_id, space)))
 
     async def set_study_user_attr(self, study_id: StudyRef, key: str, value: Any) -> dict[str, Any]:
         """Set the study's user attribute ``key`` to ``value``; answers its user attributes after."""

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 import re
+import sys
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import quote
@@ -110,7 +113,7 @@ def health() -> Call[dict[str, Any]]:
 def create_study(
     name: str,
     space: dict[str, Any],
-    direction: str,
+    direction: str | None,
     *,
     surrogate: str | None,
     acquisition: str | None,
@@ -125,11 +128,13 @@ def create_study(
         raise TypeError(f"pruner must be a name or a dict with a 'name', got {pruner!r}")
     if isinstance(directions, str):
         raise TypeError("directions is a list, one direction per objective, e.g. ['minimize', 'maximize']")
+    if direction is not None and directions is not None:  # as Optuna's create_study
+        raise ValueError("Specify only one of `direction` and `directions`.")
     body: dict[str, Any] = {"name": name, "space": space}
     if directions is not None:  # several objectives: the first is the study's direction
         body["directions"] = list(directions)
     else:
-        body["direction"] = direction
+        body["direction"] = "minimize" if direction is None else direction
     optional = {
         "surrogate": surrogate,
         "acquisition": acquisition,
@@ -202,9 +207,17 @@ def ask(
     )
 
 
+def _not_text(value: Any, what: str) -> None:
+    """A number given as text is refused (TypeError, as Optuna's ``Study.tell``), never parsed."""
+    if isinstance(value, str | bytes):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise TypeError(f"{what} must be a number, not {type(value).__name__} {shown}")
+
+
 def _finite(value: Any, what: str) -> float:
     if isinstance(value, bool):
         raise TypeError(f"{what} must be a number, not bool")
+    _not_text(value, what)
     number = float(value)
     if not math.isfinite(number):
         raise ValueError(f"{what} must be finite, got {number!r}")
@@ -226,7 +239,8 @@ def tell_body(
     if isinstance(value, list | tuple):
         body["values"] = [_finite(v, "a value") for v in value]
     elif value is not None:
-        number = float(value)
+        _not_text(value, "value")
+        number = float(value)  # a bool is the number it stands for, as in Optuna
         if not math.isfinite(number):
             raise ValueError(f"value must be finite, got {number!r}; tell state='failed' instead")
         body["value"] = number
@@ -237,6 +251,29 @@ def tell_body(
     if user_attrs is not None:
         body["user_attrs"] = dict(user_attrs)
     return body
+
+
+def unacceptable(value: float | Sequence[float] | None, state: str | None) -> str | None:
+    """Why a tell of ``value`` with no ``state`` is a failed trial, as Optuna's ``Study.tell`` has it:
+    a value (or one of a multi-objective trial's values) that is NaN, or infinite (a number calibo
+    does not store); None when it is not (text and other non-numbers are ``tell_body``'s to refuse)."""
+    if state is not None or value is None:
+        return None
+    values = value if isinstance(value, list | tuple) else [value]
+    for v in values:
+        if isinstance(v, int | float) and not isinstance(v, bool) and not math.isfinite(v):
+            why = "as in Optuna" if math.isnan(v) else "calibo stores finite values only"
+            return f"The value {v!r} is not acceptable: the trial is told failed ({why})."
+    return None
+
+
+def warn_outside(message: str) -> None:
+    """A UserWarning attributed to the first caller outside this package (the user's line)."""
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(0), 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(here):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, UserWarning, stacklevel=level)
 
 
 def tell(
@@ -310,6 +347,15 @@ def change_study_attrs(study_id: StudyRef, put: dict[str, Any] | None = None,
         body["delete"] = list(drop)
     # the same change again changes nothing: safe to retry
     return Call("PATCH", f"{_study(study_id)}/user_attrs", _user_attrs, json=body, params=_study_query(study_id))
+
+
+def grow_space(study_id: StudyRef, space: dict[str, Any]) -> Call[dict[str, Any]]:
+    if not isinstance(space, dict) or not space:
+        raise TypeError("space maps each new (or grown) parameter's name to its definition, e.g. "
+                        "{'depth': {'type': 'int', 'low': 1, 'high': 8}}")
+    # the same growth again changes nothing: safe to retry
+    return Call("PATCH", f"{_study(study_id)}/space", json_object, json={"space": space},
+                params=_study_query(study_id))
 
 
 def report_body(step: int, value: float) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import _endpoints as api
 from . import _export
 from ._optimize import stop_runs
 from .models import ParetoFront, Trial, TrialRecord
@@ -26,6 +27,16 @@ TrialLike = int | Trial | TrialRecord
 
 def _trial_id(trial: TrialLike) -> int:
     return trial.id if isinstance(trial, Trial | TrialRecord) else trial
+
+
+def _optuna_outcome(value: Any, state: str | None) -> tuple[Any, str | None]:
+    """What a handle's tell sends, as Optuna's ``Study.tell`` has it: a NaN value (or an infinite one,
+    which calibo does not store) with no state is a failed trial, with a warning."""
+    reason = api.unacceptable(value, state)
+    if reason is None:
+        return value, state
+    api.warn_outside(reason)
+    return None, "failed"
 
 
 class _Handle:
@@ -98,6 +109,12 @@ class Study(_Handle):
         self.view = self.client.get_study(self.id)
         return self
 
+    def grow_space(self, space: dict[str, Any]) -> Study:
+        """Grow the study's space (new parameters, new choices, wider ranges; see
+        :meth:`Client.grow_space`); ``view`` follows."""
+        self.view = self.client.grow_space(self.id, space).view
+        return self
+
     def ask(self, worker_id: str | None = None, *, user_attrs: dict[str, Any] | None = None) -> Trial:
         """One new trial to evaluate (``user_attrs``: set on it)."""
         return self.client.ask(self.id, 1, worker_id, user_attrs=user_attrs)[0]
@@ -111,7 +128,10 @@ class Study(_Handle):
              constraints: list[float] | None = None, user_attrs: dict[str, Any] | None = None) -> TrialRecord:
         """Finish ``trial`` with its ``value`` (a multi-objective study: a list, one value per objective;
         and, in a constrained study, its ``constraints``: one value per constraint, feasible when each
-        is <= 0), or ``state="failed"`` / ``"pruned"``."""
+        is <= 0), or ``state="failed"`` / ``"pruned"``. As Optuna's: a value given as text raises
+        TypeError and the trial stays running; a NaN value (or infinite) tells it failed, with a
+        warning."""
+        value, state = _optuna_outcome(value, state)
         return self._record(self.client.tell(self.id, _trial_id(trial), value, state=state,
                                              constraints=constraints, user_attrs=user_attrs))
 
@@ -249,6 +269,11 @@ class AsyncStudy(_Handle):
         self.view = await self.client.get_study(self.id)
         return self
 
+    async def grow_space(self, space: dict[str, Any]) -> AsyncStudy:
+        """Grow the study's space (as :meth:`Study.grow_space`)."""
+        self.view = (await self.client.grow_space(self.id, space)).view
+        return self
+
     async def ask(self, worker_id: str | None = None, *, user_attrs: dict[str, Any] | None = None) -> Trial:
         return (await self.client.ask(self.id, 1, worker_id, user_attrs=user_attrs))[0]
 
@@ -259,6 +284,7 @@ class AsyncStudy(_Handle):
     async def tell(self, trial: TrialLike, value: float | Sequence[float] | None = None, *,
                    state: str | None = None,
                    constraints: list[float] | None = None, user_attrs: dict[str, Any] | None = None) -> TrialRecord:
+        value, state = _optuna_outcome(value, state)
         return self._record(await self.client.tell(self.id, _trial_id(trial), value, state=state,
                                                    constraints=constraints, user_attrs=user_attrs))
 

@@ -114,7 +114,7 @@ class Client:
         self,
         name: str,
         space: dict[str, Any],
-        direction: str = "minimize",
+        direction: str | None = None,
         *,
         surrogate: str | None = None,
         acquisition: str | None = None,
@@ -129,7 +129,9 @@ class Client:
         handle on it (its server view is ``study.view``).
 
         Every worker of a crowd may call it with the same arguments. Raises :class:`~calibo.Conflict` (``name_conflict``) when ``name``
-        exists with a different definition. Options left as None are not sent.
+        exists with a different definition. ``direction`` (``"minimize"`` when neither is given) or
+        ``directions`` (a multi-objective study), not both: ValueError, as Optuna's ``create_study``.
+        Options left as None are not sent.
         ``pruner`` is a name (``"none"``, ``"median"``, ``"sh"``, ``"hb"``, ``"sh+"``,
         ``"hb+"``) or a dict with its ``"name"`` and options, e.g. ``{"name": "sh+",
         "min_resource": 1, "max_resource": 27, "reduction_factor": 3}``.
@@ -211,8 +213,10 @@ class Client:
         """Finish a trial with its ``value`` (a multi-objective study: a list, one value per
         objective), or ``state="failed"`` / ``"pruned"``.
 
-        Telling the same thing twice is harmless; telling something different for a
-        finished trial raises :class:`~calibo.Conflict`.
+        A value given as text raises TypeError, a NaN or infinite one ValueError, and nothing is
+        told (:meth:`Study.tell` tells such a trial failed, as Optuna does). Telling the same thing
+        twice is harmless; telling something different for a finished trial raises
+        :class:`~calibo.Conflict`.
         """
         return self._run(api.tell(study_id, trial_id, value, state, constraints, user_attrs))
 
@@ -290,6 +294,14 @@ class Client:
     ) -> Study:
         """A new study ``name`` with the same definition and every finished trial (server side)."""
         return Study(self, self._run(api.copy_study(study_id, name, user_attrs)))
+
+    def grow_space(self, study_id: StudyRef, space: dict[str, Any]) -> Study:
+        """Grow the study's space: ``space`` maps each new parameter (conditional ones too) or an existing
+        one's grown definition (more choices, a wider range) to its definition; the others stay as they
+        are, and the same growth again changes nothing. The trials already told keep their values (a
+        new parameter is inactive for them); asks from now on hold it. Anything but growth raises
+        :class:`~calibo.errors.InvalidRequest` naming the field. Answers the study's handle."""
+        return Study(self, self._run(api.grow_space(study_id, space)))
 
     def set_study_user_attr(self, study_id: StudyRef, key: str, value: Any) -> dict[str, Any]:
         """Set the study's user attribute ``key`` to ``value`` (any JSON value), keeping the others;
