@@ -18,6 +18,7 @@ from . import device as devices
 from .candidates import candidate_set, local_search
 from .config import LOCAL_SEARCH, EngineConfig
 from .conformal import conformalize, schedule
+from .failures import log_success
 from .outcomes import check_directions, sign_of
 from .scoring import MultiScore, narrows, with_feasibility
 from .snapshot import Head, Snapshot
@@ -37,6 +38,7 @@ def fit(
     pending: Sequence[dict[str, Any]] = (),
     constraints: Sequence[Sequence[float]] | None = None,
     directions: Sequence[str] | None = None,
+    failed: Sequence[dict[str, Any]] = (),
 ) -> Snapshot:
     """Train, conformalize and score a fresh candidate set. Deterministic in its inputs.
 
@@ -47,6 +49,11 @@ def fit(
     ``constraints`` (one row per observation, one column per outcome constraint, feasible when
     every value is <= 0): each constraint gets its own surrogate, conformalized the same way, as a
     snapshot head; the incumbent the acquisition improves on is then the best *feasible* value.
+
+    ``failed``: the configurations whose trials failed (no value). With any, the snapshot's
+    ``success`` holds each candidate's calibrated log probability of running (``engine.failures``),
+    ``-inf`` for a near-duplicate of a failure; a study that does not learn from its failures
+    passes none.
 
     ``candidates`` (snapped unit rows) replaces the drawn candidate set, e.g. to
     score given configurations. ``pending``: the running configurations; they
@@ -62,13 +69,13 @@ def fit(
     with threadpool_limits(1, user_api="blas"):
         try:
             snap = _fit(observations, space, config, direction, seed, candidates, where, pending, constraints,
-                        directions)
+                        directions, failed)
         except Exception as e:
             if where != "cuda" or not devices.is_cuda_error(e):
                 raise
             why = f"CUDA failed, refitted on the CPU: {type(e).__name__}: {str(e)[:300]}"
             snap = _fit(observations, space, config, direction, seed, candidates, "cpu", pending, constraints,
-                        directions)
+                        directions, failed)
     if why:
         snap.meta["device_fallback"] = why
     return snap
@@ -132,7 +139,7 @@ def _rank_p(outcomes: Sequence[_Outcome]) -> float | None:
 
 
 def _fit(observations, space, config, direction, seed, candidates, device, pending=(), constraints=None,
-         directions=None) -> Snapshot:
+         directions=None, failed=()) -> Snapshot:
     t0 = time.perf_counter()
     dirs = check_directions(directions) if directions is not None and len(directions) > 1 else (direction,)
     signs = [sign_of(d) for d in dirs]
@@ -226,6 +233,11 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
         meta["warp"] = warp.to_dict()
     if cons:
         meta["n_feasible"] = int(feasible.sum())
+    success = None
+    if failed:  # its own seed: a study without failures draws as before
+        success = log_success(space, U, space.to_unit(list(failed)), cand, fit_seed + 7)
+        meta["n_failed"] = len(failed)
+        success = None if success is None else f32(success)
     if objs:
         meta["directions"] = list(dirs)
     return Snapshot(
@@ -248,6 +260,7 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
         heads=heads,
         observed_y=Y if objs else None,
         observed_ok=feasible if objs else None,
+        success=success,
     )
 
 

@@ -36,7 +36,10 @@ class Optimizer:
     trial is feasible when each is <= 0); ``best`` is the best feasible observation.
     ``enqueue(params)`` hands a configuration (or part of one: the rest is chosen) out at the next
     ask; ``add(params, value)`` records a trial evaluated elsewhere (no prediction: it feeds the fit
-    and the best, never the calibration state).
+    and the best, never the calibration state). ``tell(params, state="failed")`` ends a trial that
+    failed: with ``learn_failures`` (the default) every failure trains a calibrated model of where
+    trials run, which weighs the acquisition, and no near-duplicate of a failure is proposed again
+    (``engine.failures``); without, only the failed configuration itself is never proposed again.
 
     ``directions`` (2 to 4, instead of ``direction``): several objectives. Every ``tell`` and ``add``
     then takes a list of values, one per objective; each objective has its own calibrated surrogate
@@ -56,6 +59,7 @@ class Optimizer:
         config: EngineConfig | dict[str, Any] | None = None,
         constraints: Sequence[str] = (),
         directions: Sequence[str] | None = None,
+        learn_failures: bool = True,
         **settings: Any,
     ) -> None:
         self.space = SearchSpace.from_dict(space)
@@ -72,6 +76,9 @@ class Optimizer:
                                   ("n_warmup", n_warmup)) if v is not None}
         self.config = replace(cfg, **over, **settings).for_objectives(len(self.directions))
         self.constraints = check_constraint_names(constraints)
+        if not isinstance(learn_failures, bool):
+            raise ConfigError("learn_failures", "must be true or false")
+        self.learn_failures = learn_failures
         if self.multi:
             try:
                 multi.resolve(self.config.multi_acquisition, len(self.directions))
@@ -83,7 +90,7 @@ class Optimizer:
         self.state = StudyState.initial(self.config, self.seed, len(self.directions), len(self.constraints))
         self.observations: list[tuple[dict[str, Any], Any]] = []  # (params, value or list of values)
         self.constraint_values: list[list[float]] = []  # one row per observation, when there are constraints
-        self.failed: list[dict[str, Any]] = []  # added failed trials: never suggested again
+        self.failed: list[dict[str, Any]] = []  # failed trials: never suggested again, and learnt from
         self.waiting: list[dict[str, Any]] = []  # enqueued (partial) configurations, handed out first
         self.pending: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
         self.records: list[dict[str, Any]] = []
@@ -92,7 +99,7 @@ class Optimizer:
         # (observations, running configurations) the snapshot was (or, restored, is to be) fitted with:
         # fit conditions on the running trials, and state_dict's "fitted_with" lets a restored optimizer
         # refit the same snapshot on the same observations
-        self._fitted_with: tuple[int, list[dict[str, Any]]] | None = None
+        self._fitted_with: tuple[tuple[int, int], list[dict[str, Any]]] | None = None
         self.timings: dict[str, float] = {"fit": 0.0, "select": 0.0, "adapt": 0.0}
 
     # ----------------------------------------------------------------- ask
@@ -101,23 +108,33 @@ class Optimizer:
         n = len(self.observations)
         if not self.config.fits(n):
             return None
-        if self._snapshot is None or self._snapshot.n_obs != n:
+        failed = self._failed_fitted()
+        if (self._snapshot is None or self._snapshot.n_obs != n
+                or self._snapshot.meta.get("n_failed", 0) != len(failed)):
             t = time.perf_counter()
             pending = self._fit_pending()
             if pending is None:
                 pending = [p for p, _ in self.pending]
-            self._fitted_with = (n, pending)
+            self._fitted_with = (self._fit_key(), pending)
             self._snapshot = fit(self.observations, self.space, self.config, self.direction, self.seed,
                                  pending=pending,
                                  constraints=self.constraint_values if self.constraints else None,
-                                 directions=self.directions if self.multi else None)
+                                 directions=self.directions if self.multi else None, failed=failed)
             self.timings["fit"] += time.perf_counter() - t
         return self._snapshot
+
+    def _failed_fitted(self) -> list[dict[str, Any]]:
+        """The failed configurations a fit learns from (none with ``learn_failures`` off)."""
+        return self.failed if self.learn_failures else []
+
+    def _fit_key(self) -> tuple[int, int]:
+        """What makes a new fit: the number of observations and of failures it learns from."""
+        return len(self.observations), len(self._failed_fitted())
 
     def _fit_pending(self) -> list[dict[str, Any]] | None:
         """The running configurations the snapshot of the present observations was fitted with (or, in
         a restored optimizer that has not fitted it yet, will be); None when there is none."""
-        if self._fitted_with is not None and self._fitted_with[0] == len(self.observations):
+        if self._fitted_with is not None and self._fitted_with[0] == self._fit_key():
             return self._fitted_with[1]
         return None
 
@@ -293,6 +310,7 @@ class Optimizer:
             "observations": [[p, v] for p, v in self.observations],
             "constraint_values": self.constraint_values,
             "failed": self.failed,
+            "learn_failures": self.learn_failures,
             "waiting": self.waiting,
             "pending": [[p, pred] for p, pred in self.pending],
             # the running configurations the present snapshot was fitted with
@@ -307,7 +325,7 @@ class Optimizer:
         """The optimizer ``state_dict`` described: its next ask is the one the original would make."""
         config = EngineConfig.from_stored(d["config"])
         opt = cls(d["space"], d["direction"], d["seed"], config=config, constraints=d.get("constraints", ()),
-                  directions=d.get("directions"))
+                  directions=d.get("directions"), learn_failures=bool(d.get("learn_failures", True)))
         opt.config = config  # as stored, not resolved again: a state from before a default keeps it
         opt.observations = [(dict(p), [float(x) for x in v] if opt.multi else float(v)) for p, v in d["observations"]]
         opt.constraint_values = [list(map(float, c)) for c in d.get("constraint_values", [])]
@@ -315,7 +333,7 @@ class Optimizer:
         opt.waiting = [dict(p) for p in d.get("waiting", [])]
         opt.pending = [(dict(p), pred) for p, pred in d["pending"]]
         if d.get("fitted_with") is not None:
-            opt._fitted_with = (len(opt.observations), [dict(p) for p in d["fitted_with"]])
+            opt._fitted_with = (opt._fit_key(), [dict(p) for p in d["fitted_with"]])
         if "state" in d:
             opt.state = StudyState.from_dict(d["state"])
         else:  # a state saved before version 4: the adaptive states under their own keys

@@ -182,6 +182,8 @@ def select(
         alive[[index[k] for k in busy_keys if k in index]] = False
     elif busy_keys:  # given candidates may repeat a configuration
         alive &= np.array([k not in busy_keys for k in keys])
+    if snapshot.success is not None:  # a near-duplicate of a failed configuration is never proposed
+        alive &= np.isfinite(snapshot.success)
     alphas = np.array([s.alpha for s in state.states], dtype=float)
     Q = snapshot.bounds.at(alphas)  # what each suggestion's prediction reports, and adapt scores
     raw_search = snapshot.n_obs < SEARCH_CONFORMALIZED_FROM
@@ -210,6 +212,11 @@ def select(
         log_pf = sum(acq.log_prob_below(searched(Qh, h.raw), snapshot.levels, h.threshold)
                      for h, (Qh, _) in zip(snapshot.heads, heads, strict=True) if h.kind == "constraint")
     any_feasible = snapshot.meta.get("n_feasible", 1) > 0
+    # what the acquisition is weighed by: the probability of satisfying the constraints and of running
+    # at all (the failure model's, engine.failures), both calibrated, taken as independent
+    log_ok = log_pf
+    if snapshot.success is not None:
+        log_ok = snapshot.success if log_ok is None else log_ok + snapshot.success
     acquisition, mo = config.acquisition, None
     if dirs:  # several objectives: the first is the snapshot's own outcome, the others its objective heads
         objective = [i for i, h in enumerate(snapshot.heads) if h.kind == "objective"]
@@ -228,7 +235,7 @@ def select(
             shrinks = view.shrinks() if believer else [None] * len(Qs)
             sc = mo([Qj if f is None else crowd.narrow(Qj, f) for Qj, f in zip(Qs, shrinks, strict=True)],
                     believed=crowd.believed_points(Qs, view.rows) if believer else None)
-        return sc if log_pf is None else with_feasibility(sc, log_pf, acquisition, any_feasible)
+        return sc if log_ok is None else with_feasibility(sc, log_ok, acquisition, any_feasible)
 
     rows: list[int] = []
     preds: list[Prediction] = []

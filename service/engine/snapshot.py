@@ -24,8 +24,8 @@ from .space import SearchSpace
 
 FORMAT_VERSION = 1
 _ARRAYS = ("levels", "candidates", "raw", "scores", "fold_raw", "fold_of", "observed", "scale",
-           "fold_scale", "observed_y", "observed_ok", "signal")
-_FLOAT32 = ("raw", "fold_raw", "scale", "fold_scale", "signal")  # per-candidate model outputs
+           "fold_scale", "observed_y", "observed_ok", "signal", "success")
+_FLOAT32 = ("raw", "fold_raw", "scale", "fold_scale", "signal", "success")  # per-candidate model outputs
 _HEAD_ARRAYS = ("raw", "scores", "fold_raw", "fold_of", "scale", "fold_scale", "signal")
 
 
@@ -89,6 +89,8 @@ class Snapshot:
     # whether it was feasible (n,): the Pareto front and reference point of the multi-objective select
     observed_y: np.ndarray | None = None
     observed_ok: np.ndarray | None = None
+    # (N,) log probability that each candidate runs (engine.failures), -inf where it repeats a failure
+    success: np.ndarray | None = None
     _bounds: Bounds | None = field(default=None, init=False, repr=False, compare=False)
     _keys: list[bytes] | None = field(default=None, init=False, repr=False, compare=False)
     cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)  # select's
@@ -183,6 +185,7 @@ class Snapshot:
                 heads=heads,
                 observed_y=arrays.get("observed_y"),
                 observed_ok=arrays.get("observed_ok"),
+                success=arrays.get("success"),
             )
         except ValueError as e:
             raise ValueError(f"not a calibo snapshot: {e}") from e

@@ -79,7 +79,10 @@ class StudySpec:
         return StudyState.initial(self.config, self.seed, len(self.directions), len(self.constraints))
 
     def fit(self, observations: Sequence[tuple[dict[str, Any], Any]], pending: Sequence[dict[str, Any]] = (),
-            constraints: Sequence[Sequence[float]] | None = None, device: str | None = None) -> Snapshot:
-        """``engine.fit`` of this study on ``observations`` (and the running ``pending``)."""
+            constraints: Sequence[Sequence[float]] | None = None, device: str | None = None,
+            failed: Sequence[dict[str, Any]] = ()) -> Snapshot:
+        """``engine.fit`` of this study on ``observations`` (and the running ``pending``, and the
+        configurations that ``failed``)."""
         return fit(observations, self.space, self.config, self.direction, self.seed, device=device,
-                   pending=pending, constraints=constraints, directions=self.directions if self.multi else None)
+                   pending=pending, constraints=constraints, directions=self.directions if self.multi else None,
+                   failed=failed)
