@@ -50,7 +50,7 @@ from .errors import (
     TrialPruned,
     Unauthorized,
 )
-from .models import ParetoFront, Trial, TrialRecord
+from .models import ParetoFront, Trial, TrialRecord, TrialState
 
 __all__ = [
     "__version__",
@@ -75,5 +75,6 @@ __all__ = [
     "Trial",
     "TrialRecord",
     "TrialPruned",
+    "TrialState",
     "Unauthorized",
 ]

@@ -296,13 +296,14 @@ class AsyncClient:
         study: StudyRef,
         objective: Objective,
         n_trials: int | None = None,
-        n_workers: int = 1,
-        catch: type[BaseException] | Iterable[type[BaseException]] = (),
-        *,
         timeout: float | None = None,
         n_jobs: int | None = None,
+        catch: type[BaseException] | Iterable[type[BaseException]] = (),
         callbacks: Iterable[Callable[[AsyncStudy, TrialRecord], Any]] | None = None,
+        gc_after_trial: bool = False,
         show_progress_bar: bool = False,
+        *,
+        n_workers: int = 1,
         callback: Callback | None = None,
         heartbeat_interval: float | None = 30.0,
     ) -> list[TrialView]:
@@ -310,8 +311,9 @@ class AsyncClient:
 
         ``n_trials``, ``timeout``, ``n_jobs``, ``catch``, ``callbacks`` (plain
         callables ``callback(study, trial)``, called on the event loop with an
-        :class:`~calibo.AsyncStudy`), ``show_progress_bar`` and ``callback`` as in
-        :meth:`Client.optimize`; ``study.stop()`` stops the run after the running
+        :class:`~calibo.AsyncStudy`), ``gc_after_trial``, ``show_progress_bar``
+        (in Optuna's positional order) and the keywords ``n_workers`` and
+        ``callback`` as in :meth:`Client.optimize`; ``study.stop()`` stops the run after the running
         trials. A coroutine objective gets an :class:`~calibo.AsyncSuggestTrial`
         (``suggest_*`` are plain calls, ``await trial.report(value, step)``; when
         the study is given by id its space is read once before the first trial),
@@ -347,5 +349,5 @@ class AsyncClient:
         """
         opts = options(n_trials=n_trials, timeout=timeout, n_workers=n_workers, n_jobs=n_jobs, catch=catch,
                        callback=callback, callbacks=callbacks, show_progress_bar=show_progress_bar,
-                       heartbeat_interval=heartbeat_interval)
+                       heartbeat_interval=heartbeat_interval, gc_after_trial=gc_after_trial)
         return await _tasks.optimize(self, study, objective, opts)

@@ -18,8 +18,8 @@ conditional ones left out), value or values, state, constraint values and user a
 
 ``trials_frame`` is ``Study.trials_dataframe``: Optuna's layout (``number``, ``value`` or
 ``values_<i>``, ``datetime_start``, ``datetime_complete``, ``duration``, ``params_<name>``,
-``user_attrs_<key>``, ``state`` in Optuna's names) plus ``constraints_<name>``; pandas is
-imported only there.
+``user_attrs_<key>``, ``state``: each trial's :class:`~calibo.TrialState` by its name, as Optuna's
+frame shows it) plus ``constraints_<name>``; pandas is imported only there.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ._rows import JSON_ATTRS, cell, choice_key
-from .models import TrialRecord
+from .models import TrialRecord, TrialState
 
 __all__ = ["DATAFRAME_ATTRS", "FINISHED", "export_format", "trials_frame", "wire_rows", "write_trials"]
 
@@ -40,8 +40,6 @@ FINISHED = ("complete", "failed", "pruned")  # what add_trials takes
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 DATAFRAME_ATTRS = ("number", "value", "datetime_start", "datetime_complete", "duration", "params", "user_attrs",
                    "constraints", "state")
-OPTUNA_STATES = {"complete": "COMPLETE", "failed": "FAIL", "pruned": "PRUNED", "running": "RUNNING",
-                 "waiting": "WAITING"}
 FRAME_ATTRS = (*DATAFRAME_ATTRS, "values", "id", "origin", "worker_id", "prediction", "system_attrs")
 PANDAS_MISSING = "trials_dataframe needs pandas: pip install 'calibo[pandas]'"
 
@@ -222,7 +220,8 @@ def _fields(t: TrialRecord, attr: str, directions: Sequence[str] | None, constra
         cons = t.constraints
         return [((attr, c), None if cons is None else cons[i]) for i, c in enumerate(constraints)]
     if attr == "state":
-        return [((attr, ""), OPTUNA_STATES.get(t.state, t.state.upper()))]
+        state = t.state
+        return [((attr, ""), state.name if isinstance(state, TrialState) else str(state).upper())]
     if attr == "prediction":
         return _prediction(t.prediction)
     if attr == "system_attrs":  # Optuna's; a calibo trial has none

@@ -6,6 +6,7 @@ and be pruned."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import inspect
 import math
 import os
@@ -141,6 +142,7 @@ class Options:
     callbacks: tuple[StudyCallback, ...]
     show_progress_bar: bool
     heartbeat_interval: float | None
+    gc_after_trial: bool = False
 
     @property
     def asks_any(self) -> bool:
@@ -151,7 +153,7 @@ class Options:
 def options(*, n_trials: int | None = None, timeout: float | None = None, n_workers: int = 1,
             n_jobs: int | None = None, catch: Any = (), callback: Callback | None = None,
             callbacks: Iterable[StudyCallback] | None = None, show_progress_bar: bool = False,
-            heartbeat_interval: float | None = 30.0) -> Options:
+            heartbeat_interval: float | None = 30.0, gc_after_trial: bool = False) -> Options:
     """Check ``optimize``'s arguments as Optuna reads them; a clear ValueError / TypeError otherwise.
 
     ``n_trials``: None (no limit) or an int >= 0. ``timeout``: None (no limit) or seconds > 0.
@@ -193,7 +195,7 @@ def options(*, n_trials: int | None = None, timeout: float | None = None, n_work
         raise TypeError("callback must be callable")
     return Options(n_trials=n_trials, timeout=timeout, n_workers=n_workers, catch=_catch(catch),
                    callback=callback, callbacks=callbacks, show_progress_bar=bool(show_progress_bar),
-                   heartbeat_interval=heartbeat_interval)
+                   heartbeat_interval=heartbeat_interval, gc_after_trial=bool(gc_after_trial))
 
 
 def _catch(catch: Any) -> tuple[type[BaseException], ...]:
@@ -339,12 +341,15 @@ class Run:
 
 
 def notifier(opts: Options, handle: Any, study_id: int, progress: Any) -> Notify | None:
-    """What a run does after each tell: ``callback(view)``, then each of ``callbacks(handle,
-    record)`` in order (Optuna's ``callback(study, frozen_trial)``), then the progress bar."""
-    if opts.callback is None and not opts.callbacks and progress is None:
+    """What a run does after each tell: ``gc.collect()`` with ``gc_after_trial`` (as Optuna, before
+    the callbacks), ``callback(view)``, then each of ``callbacks(handle, record)`` in order (Optuna's
+    ``callback(study, frozen_trial)``), then the progress bar."""
+    if opts.callback is None and not opts.callbacks and progress is None and not opts.gc_after_trial:
         return None
 
     def notify(view: TrialView) -> None:
+        if opts.gc_after_trial:
+            gc.collect()
         if opts.callback is not None:
             opts.callback(view)
         if opts.callbacks or progress is not None:

@@ -79,6 +79,14 @@ class _Handle:
     def _record(self, data: dict[str, Any]) -> TrialRecord:
         return TrialRecord.from_wire(data, self.id)
 
+    @staticmethod
+    def _best(view: dict[str, Any]) -> dict[str, Any] | None:
+        """The view's best trial; a multi-objective study has none to give (Optuna's RuntimeError)."""
+        if len(view.get("directions") or ()) > 1:
+            raise RuntimeError("A single best trial cannot be retrieved from a multi-objective study. "
+                               "Consider using Study.best_trials to retrieve a list containing the best trials.")
+        return view.get("best_trial")
+
     def stop(self) -> None:
         """Optuna's ``Study.stop``: the ``optimize`` running on this handle asks no trial after the
         running ones, which finish and are told. Call it from an objective (``trial.study.stop()``)
@@ -161,20 +169,21 @@ class Study(_Handle):
         """Mark a running trial alive (``optimize`` does it for its trials)."""
         self.client.heartbeat(self.id, _trial_id(trial))
 
-    def optimize(self, objective: Callable[..., Any], n_trials: int | None = None, n_workers: int = 1,
-                 catch: Any = (), *, timeout: float | None = None, n_jobs: int | None = None,
+    def optimize(self, objective: Callable[..., Any], n_trials: int | None = None, timeout: float | None = None,
+                 n_jobs: int | None = None, catch: Any = (),
                  callbacks: Iterable[Callable[[Study, TrialRecord], Any]] | None = None,
-                 show_progress_bar: bool = False,
+                 gc_after_trial: bool = False, show_progress_bar: bool = False, *, n_workers: int = 1,
                  callback: Callable[[TrialRecord], Any] | None = None,
                  heartbeat_interval: float | None = 30.0) -> list[TrialRecord]:
-        """Evaluate trials with ``n_workers`` threads, with Optuna's ``optimize`` arguments: ``n_trials``
-        (None: no limit), ``timeout``, ``n_jobs``, ``catch``, ``callbacks`` (each ``callback(study,
-        trial)``) and ``show_progress_bar``; ``callback(trial)`` is the single-callback form. The
-        objective gets a :class:`~calibo.SuggestTrial` (``params["x"]`` or ``trial.suggest_float("x",
-        ...)``). See :meth:`Client.optimize`."""
+        """Evaluate trials with Optuna's ``optimize`` arguments, in its positional order: ``n_trials``
+        (None: no limit), ``timeout``, ``n_jobs`` (threads), ``catch``, ``callbacks`` (each
+        ``callback(study, trial)``), ``gc_after_trial`` and ``show_progress_bar``. Keywords only:
+        ``n_workers`` (calibo's name for ``n_jobs``), ``callback(trial)`` (the single-callback form)
+        and ``heartbeat_interval``. The objective gets a :class:`~calibo.SuggestTrial`
+        (``params["x"]`` or ``trial.suggest_float("x", ...)``). See :meth:`Client.optimize`."""
         wrapped = None if callback is None else (lambda view: callback(self._record(view)))
-        views = self.client.optimize(self, objective, n_trials, n_workers, catch, timeout=timeout, n_jobs=n_jobs,
-                                     callbacks=callbacks, show_progress_bar=show_progress_bar, callback=wrapped,
+        views = self.client.optimize(self, objective, n_trials, timeout, n_jobs, catch, callbacks, gc_after_trial,
+                                     show_progress_bar, n_workers=n_workers, callback=wrapped,
                                      heartbeat_interval=heartbeat_interval)
         return [self._record(v) for v in views]
 
@@ -191,21 +200,22 @@ class Study(_Handle):
 
     @property
     def best_trial(self) -> TrialRecord | None:
-        """The best (feasible) completed trial as the server ranks it now (None before any, and in a
-        multi-objective study: see ``best_trials``)."""
-        best = self.refresh().view.get("best_trial")
+        """The best (feasible) completed trial as the server ranks it now (None before any). A
+        multi-objective study has no single best: RuntimeError, as in Optuna (see ``best_trials``)."""
+        best = self._best(self.refresh().view)
         return None if best is None else self.trial(int(best["id"]))
 
     @property
     def best_value(self) -> float | None:
-        """The best completed trial's value (None before any)."""
-        best = self.refresh().view.get("best_trial")
+        """The best completed trial's value (None before any; RuntimeError in a multi-objective study)."""
+        best = self._best(self.refresh().view)
         return None if best is None else best.get("value")
 
     @property
     def best_params(self) -> dict[str, Any] | None:
-        """The best completed trial's parameters (None before any)."""
-        best = self.refresh().view.get("best_trial")
+        """The best completed trial's parameters (None before any; RuntimeError in a multi-objective
+        study)."""
+        best = self._best(self.refresh().view)
         return None if best is None else dict(best["params"])
 
     def pareto(self) -> ParetoFront:
@@ -308,17 +318,17 @@ class AsyncStudy(_Handle):
     async def heartbeat(self, trial: TrialLike) -> None:
         await self.client.heartbeat(self.id, _trial_id(trial))
 
-    async def optimize(self, objective: Callable[..., Any], n_trials: int | None = None, n_workers: int = 1,
-                       catch: Any = (), *, timeout: float | None = None, n_jobs: int | None = None,
+    async def optimize(self, objective: Callable[..., Any], n_trials: int | None = None,
+                       timeout: float | None = None, n_jobs: int | None = None, catch: Any = (),
                        callbacks: Iterable[Callable[[AsyncStudy, TrialRecord], Any]] | None = None,
-                       show_progress_bar: bool = False,
+                       gc_after_trial: bool = False, show_progress_bar: bool = False, *, n_workers: int = 1,
                        callback: Callable[[TrialRecord], Any] | None = None,
                        heartbeat_interval: float | None = 30.0) -> list[TrialRecord]:
-        """Evaluate trials with ``n_workers`` tasks, with Optuna's ``optimize`` arguments (see
-        :meth:`Study.optimize` and :meth:`AsyncClient.optimize`)."""
+        """Evaluate trials as concurrent tasks, with Optuna's ``optimize`` arguments in its positional
+        order (see :meth:`Study.optimize` and :meth:`AsyncClient.optimize`)."""
         wrapped = None if callback is None else (lambda view: callback(self._record(view)))
-        views = await self.client.optimize(self, objective, n_trials, n_workers, catch, timeout=timeout,
-                                           n_jobs=n_jobs, callbacks=callbacks, show_progress_bar=show_progress_bar,
+        views = await self.client.optimize(self, objective, n_trials, timeout, n_jobs, catch, callbacks,
+                                           gc_after_trial, show_progress_bar, n_workers=n_workers,
                                            callback=wrapped, heartbeat_interval=heartbeat_interval)
         return [self._record(v) for v in views]
 
@@ -331,15 +341,15 @@ class AsyncStudy(_Handle):
         return self._record(await self.client.get_trial(self.id, _trial_id(trial)))
 
     async def best_trial(self) -> TrialRecord | None:
-        best = (await self.refresh()).view.get("best_trial")
+        best = self._best((await self.refresh()).view)
         return None if best is None else await self.trial(int(best["id"]))
 
     async def best_value(self) -> float | None:
-        best = (await self.refresh()).view.get("best_trial")
+        best = self._best((await self.refresh()).view)
         return None if best is None else best.get("value")
 
     async def best_params(self) -> dict[str, Any] | None:
-        best = (await self.refresh()).view.get("best_trial")
+        best = self._best((await self.refresh()).view)
         return None if best is None else dict(best["params"])
 
     async def pareto(self) -> ParetoFront:

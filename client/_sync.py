@@ -334,13 +334,14 @@ class Client:
         study: StudyRef,
         objective: Objective,
         n_trials: int | None = None,
-        n_workers: int = 1,
-        catch: type[BaseException] | Iterable[type[BaseException]] = (),
-        *,
         timeout: float | None = None,
         n_jobs: int | None = None,
+        catch: type[BaseException] | Iterable[type[BaseException]] = (),
         callbacks: Iterable[Callable[[Study, TrialRecord], Any]] | None = None,
+        gc_after_trial: bool = False,
         show_progress_bar: bool = False,
+        *,
+        n_workers: int = 1,
         callback: Callback | None = None,
         heartbeat_interval: float | None = 30.0,
     ) -> list[TrialView]:
@@ -362,8 +363,10 @@ class Client:
         after the running ones. ``catch``: an exception type or several.
         ``show_progress_bar``: a tqdm bar on stderr (``pip install
         'calibo[progress]'``) with the best value so far and the trials per
-        second. The third positional argument is ``n_workers`` (Optuna's is
-        ``timeout``): give Optuna's arguments by name.
+        second. ``gc_after_trial``: ``gc.collect()`` after each trial, before the
+        callbacks. The positional order is Optuna's (``n_trials, timeout,
+        n_jobs, catch, callbacks, gc_after_trial, show_progress_bar``);
+        ``n_workers``, ``callback`` and ``heartbeat_interval`` are keywords.
 
         The objective gets a :class:`~calibo.SuggestTrial`: a ``dict`` of the
         trial's params (``params["x"]``) that also has Optuna's
@@ -417,5 +420,5 @@ class Client:
         """
         opts = options(n_trials=n_trials, timeout=timeout, n_workers=n_workers, n_jobs=n_jobs, catch=catch,
                        callback=callback, callbacks=callbacks, show_progress_bar=show_progress_bar,
-                       heartbeat_interval=heartbeat_interval)
+                       heartbeat_interval=heartbeat_interval, gc_after_trial=gc_after_trial)
         return _threads.optimize(self, study, objective, opts)

@@ -4,9 +4,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
-__all__ = ["ParetoFront", "Trial", "TrialRecord"]
+__all__ = ["ParetoFront", "Trial", "TrialRecord", "TrialState"]
+
+
+class TrialState(StrEnum):
+    """A trial's state. Each member is the wire's word (``TrialState.COMPLETE == "complete"``, so
+    ``record.state == "complete"`` holds and ``state=`` filters take either) and carries Optuna's
+    name (``TrialState.COMPLETE.name == "COMPLETE"``, ``TrialState.FAIL`` for ``"failed"``), which
+    ``trials_dataframe()`` shows, as Optuna's does."""
+
+    WAITING = "waiting"  # enqueued, not handed out yet
+    RUNNING = "running"
+    COMPLETE = "complete"
+    PRUNED = "pruned"
+    FAIL = "failed"
+
+    @classmethod
+    def of(cls, value: Any) -> TrialState | str:
+        """The member for a wire state; a state this client does not know stays the string it is."""
+        try:
+            return cls(value)
+        except ValueError:
+            return str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +44,7 @@ class Trial:
     params: dict[str, Any]
     prediction: dict[str, Any] | None
     study_id: int
-    origin: str | None = None  # "enqueued" when handed out from the study's queue
+    origin: str = "asked"  # as its record says: "enqueued" when handed out from the study's queue
     user_attrs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -34,7 +56,7 @@ class Trial:
             params=dict(data["params"]),
             prediction=dict(prediction) if isinstance(prediction, dict) else None,
             study_id=int(data["study_id"] if data.get("study_id") is not None else study_id),
-            origin=data.get("origin"),
+            origin=str(data.get("origin") or "asked"),  # an ask's answer names only the enqueued ones
             user_attrs=dict(data.get("user_attrs") or {}),
         )
 
@@ -52,8 +74,9 @@ def _time(value: Any) -> datetime | None:
 class TrialRecord:
     """A trial as the server stores it: what listings, ``tell`` and ``best_trial`` answer.
 
-    ``state`` is ``waiting`` (enqueued, not handed out yet), ``running``, ``complete``,
-    ``failed`` or ``pruned``; ``value`` the told objective (None while running or when
+    ``state`` is a :class:`TrialState`: ``waiting`` (enqueued, not handed out yet), ``running``,
+    ``complete``, ``failed`` or ``pruned`` (Optuna's names: ``WAITING``, ``RUNNING``, ``COMPLETE``,
+    ``FAIL``, ``PRUNED``); ``value`` the told objective (None while running or when
     failed); ``constraints`` the told constraint values (``feasible`` when each is <= 0);
     ``origin`` how it came to be (``asked``, ``enqueued``, ``added``, ``copied``);
     ``prediction`` what the surrogate forecast at ask (None in the warm start and for
@@ -62,7 +85,7 @@ class TrialRecord:
 
     id: int
     number: int
-    state: str
+    state: TrialState | str
     params: dict[str, Any]
     value: float | None
     study_id: int
@@ -90,7 +113,7 @@ class TrialRecord:
         return cls(
             id=int(data["id"]),
             number=int(data["number"]),
-            state=str(data.get("state", "")),
+            state=TrialState.of(data.get("state", "")),
             params=dict(data.get("params") or {}),
             value=float(value) if isinstance(value, int | float) else None,
             study_id=int(data.get("study_id", study_id)),
