@@ -8,11 +8,17 @@ the client has ``grow_space``.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
+from conftest import LiveServer, unique
+from test_api import assert_error
 
+from calibo import AsyncClient, Client
 from calibo.engine import EngineConfig, ParamError, SearchSpace, SpaceError, fit, select
 from calibo.engine.space import INACTIVE
 from calibo.engine.state import StudyState
@@ -148,3 +154,196 @@ def test_a_grown_space_fits_and_selects_with_the_old_trials_holding_the_new_para
         assert s.prediction is not None
         assert space.validate(s.params) == s.params and "y" in s.params
         assert ("depth" in s.params) == (s.params["kind"] == "c")
+
+
+# ------------------------------------------------------------------ REST (SQLite and PostgreSQL)
+SETTINGS = {"n_warmup": 4, "conformalize_from": 50, "n_candidates": 300}
+
+
+def _create(http: httpx.Client, space: dict = BASE, **kw: Any) -> dict:
+    r = http.post("/v1/studies", json={"name": unique("grow"), "space": space, "seed": 5, "settings": SETTINGS, **kw})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def _run(http: httpx.Client, sid: int, n: int) -> list[dict]:
+    """``n`` sequential asks, each told the objective's value."""
+    out = []
+    for _ in range(n):
+        r = http.post(f"/v1/studies/{sid}/ask")
+        assert r.status_code == 200, r.text
+        t = r.json()["trials"][0]
+        r = http.post(f"/v1/studies/{sid}/trials/{t['id']}/tell", json={"value": objective(t["params"])})
+        assert r.status_code == 200, r.text
+        out.append(t)
+    return out
+
+
+def _trials(http: httpx.Client, sid: int) -> list[dict]:
+    r = http.get(f"/v1/studies/{sid}/trials", params={"limit": 1000})
+    assert r.status_code == 200, r.text
+    return r.json()["trials"]
+
+
+def test_growth_through_rest_keeps_the_told_trials_and_asks_hold_the_new_parameters(http: httpx.Client) -> None:
+    sid = _create(http)["id"]
+    _run(http, sid, 6)
+    before = _trials(http, sid)
+    r = http.patch(f"/v1/studies/{sid}/space", json={"space": GROWTH})
+    assert r.status_code == 200, r.text
+    view = r.json()
+    assert list(view["space"]) == ["x", "kind", "y", "depth"]
+    assert view["space"]["kind"]["choices"] == ["a", "b", "c"] and view["space"]["y"]["grown"] is True
+    # no fit of the new space yet: the old space's snapshots are gone (asks never get their candidates)
+    assert view["surrogate_status"]["snapshot_version"] is None and view["surrogate_status"]["fitted_on"] == 0
+    # the same growth again: 200, nothing changes
+    again = http.patch(f"/v1/studies/{sid}/space", json={"space": GROWTH})
+    assert again.status_code == 200 and again.json()["space"] == view["space"]
+    # the trials already told read back unchanged (values and parameters: no new parameter invented)
+    assert _trials(http, sid) == before
+    # every ask after the growth holds the new parameter, and the conditional one exactly under its value;
+    # a sequential ask waits for the refit on the new space, so these come with predictions
+    asked = _run(http, sid, 10)
+    for t in asked:
+        assert "y" in t["params"] and ("depth" in t["params"]) == (t["params"]["kind"] == "c"), t
+    assert any(t["params"]["kind"] == "c" for t in asked)
+    assert all(t["prediction"] is not None for t in asked[1:])
+    status = http.get(f"/v1/studies/{sid}").json()["surrogate_status"]
+    assert status["snapshot_version"] is not None and status["fitted_on"] >= 6
+    # a trial evaluated elsewhere may lack the new parameter (as the trials told before it), not an original one
+    r = http.post(f"/v1/studies/{sid}/trials", json={"params": {"x": 0.2, "kind": "a"}, "value": 1.0})
+    assert r.status_code == 201, r.text
+    assert_error(http.post(f"/v1/studies/{sid}/trials", json={"params": {"kind": "a", "y": 0.1}, "value": 1.0}),
+                 422, field="trials.0.params.x")
+    # a study whose calibration and importance read old and new trials together
+    assert http.get(f"/v1/studies/{sid}/calibration").status_code == 200
+    names = {p["param"] for p in http.get(f"/v1/studies/{sid}/importance").json()["importances"]}
+    assert {"x", "kind", "y"} <= names
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"x": None}, "space.x"),
+    ({"x": {"type": "int", "low": 0, "high": 1}}, "space.x.type"),
+    ({"x": {"type": "float", "low": 0.25, "high": 1.0}}, "space.x.low"),
+    ({"x": {"type": "float", "low": 0.0, "high": 0.5}}, "space.x.high"),
+    ({"kind": {"type": "categorical", "choices": ["a"]}}, "space.kind.choices"),
+    ({"x": {"type": "float", "low": 0, "high": 1, "condition": {"parent": "kind", "values": ["a"]}}},
+     "space.x.condition"),
+    ({"y": {"type": "float", "low": 2.0, "high": 1.0}}, "space.y.low"),
+    ({"y": {"type": "float", "low": 0.0, "high": 1.0, "step": 0.1}}, "space.y.step"),  # unknown key
+    ({"y": {"type": "vector", "low": 0.0, "high": 1.0}}, "space.y.type"),
+])
+def test_anything_but_growth_is_a_422_naming_the_field_and_changes_nothing(http: httpx.Client, change: dict,
+                                                                           field: str) -> None:
+    study = _create(http)
+    r = http.patch(f"/v1/studies/{study['id']}/space", json={"space": change})
+    err = assert_error(r, 422, field=field)
+    assert err["code"] in ("invalid_request", "validation_error"), err
+    assert http.get(f"/v1/studies/{study['id']}").json()["space"] == study["space"]
+
+
+def test_the_body_is_checked_and_the_route_takes_the_name(http: httpx.Client) -> None:
+    study = _create(http)
+    assert_error(http.patch(f"/v1/studies/{study['id']}/space", json={"space": {}}), 422, field="space")
+    assert_error(http.patch(f"/v1/studies/{study['id']}/space", json={"add": GROWTH}), 422)
+    assert_error(http.patch("/v1/studies/2147483000/space", json={"space": GROWTH}), 404)
+    r = http.patch(f"/v1/studies/{study['name']}/space", json={"space": {"y": GROWTH["y"]}})
+    assert r.status_code == 200 and "y" in r.json()["space"], r.text
+
+
+def test_a_growth_racing_asks_and_tells_is_one_or_the_other(http: httpx.Client) -> None:
+    """Asks and tells in four threads while the space grows twice: every answer is 2xx, every trial is a
+    configuration of the final space, and each trial asked after the growths holds the new parameters."""
+    sid = _create(http)["id"]
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def work() -> None:
+        with httpx.Client(base_url=str(http.base_url), timeout=60) as c:
+            while not stop.is_set():
+                r = c.post(f"/v1/studies/{sid}/ask")
+                if r.status_code != 200:
+                    errors.append(r.text)
+                    return
+                t = r.json()["trials"][0]
+                r = c.post(f"/v1/studies/{sid}/trials/{t['id']}/tell", json={"value": objective(t["params"])})
+                if r.status_code != 200:
+                    errors.append(r.text)
+                    return
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        _wait_for_trials(http, sid, 8)
+        assert http.patch(f"/v1/studies/{sid}/space", json={"space": {"y": GROWTH["y"]}}).status_code == 200
+        _wait_for_trials(http, sid, 16)
+        r = http.patch(f"/v1/studies/{sid}/space", json={"space": {"kind": GROWTH["kind"], "depth": GROWTH["depth"]}})
+        assert r.status_code == 200, r.text
+        _wait_for_trials(http, sid, 24)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(120)
+    assert not errors, errors[:3]
+    space = SearchSpace.from_dict(http.get(f"/v1/studies/{sid}").json()["space"])
+    for t in _trials(http, sid):
+        assert space.validate(t["params"]) == t["params"]
+    after = _run(http, sid, 3)
+    assert all("y" in t["params"] and ("depth" in t["params"]) == (t["params"]["kind"] == "c") for t in after)
+
+
+def _wait_for_trials(http: httpx.Client, sid: int, n: int) -> None:
+    """Until the study has ``n`` finished trials (the workers run meanwhile); fails after a minute."""
+    import time
+
+    deadline = time.monotonic() + 120
+    while http.get(f"/v1/studies/{sid}").json()["trials"]["complete"] < n:
+        assert time.monotonic() < deadline, f"fewer than {n} trials after 120 s"
+        time.sleep(0.05)
+
+
+def test_another_server_process_serves_the_grown_space(database_url: str, servers: list[LiveServer]) -> None:
+    """Two servers on one database, each with its own cache of the study's definition and snapshots:
+    a growth through one is what the other's next ask, add and calibration read."""
+    a = LiveServer(database_url, workers=0).start()
+    servers.append(a)
+    b = LiveServer(database_url, workers=0).start()
+    servers.append(b)
+    with a.client() as ca, b.client() as cb:
+        sid = _create(ca)["id"]
+        _run(ca, sid, 5)
+        _run(cb, sid, 3)  # b caches the definition and the snapshot of the old space
+        r = ca.patch(f"/v1/studies/{sid}/space", json={"space": GROWTH})
+        assert r.status_code == 200, r.text
+        asked = _run(cb, sid, 4)
+        assert all("y" in t["params"] for t in asked), asked
+        r = cb.post(f"/v1/studies/{sid}/trials", json={"params": {"x": 0.1, "kind": "c", "y": 0.0, "depth": 2},
+                                                       "value": 0.5})
+        assert r.status_code == 201, r.text
+        assert cb.get(f"/v1/studies/{sid}/calibration").status_code == 200
+
+
+# ------------------------------------------------------------------ the client
+def test_the_client_grows_a_space(live_server: LiveServer) -> None:
+    with Client(live_server.url) as client:
+        study = client.create_study(unique("grow"), BASE, seed=1, settings=SETTINGS)
+        grown = client.grow_space(study.id, {"y": GROWTH["y"]})
+        assert "y" in grown.space and grown.space["y"]["grown"] is True
+        assert study.grow_space({"kind": GROWTH["kind"]}) is study and study.space["kind"]["choices"][-1] == "c"
+        from calibo.errors import InvalidRequest
+
+        with pytest.raises(InvalidRequest) as err:
+            study.grow_space({"x": None})
+        assert err.value.field == "space.x"
+        assert "y" in study.ask().params
+
+    async def run() -> None:
+        async with AsyncClient(live_server.url) as client:
+            study = await client.create_study(unique("grow"), BASE, seed=1, settings=SETTINGS)
+            grown = await client.grow_space(study.name, {"y": GROWTH["y"]})
+            assert grown.id == study.id and "y" in grown.space
+            await study.grow_space({"depth": {**GROWTH["depth"], "condition": {"parent": "kind", "values": ["b"]}}})
+            assert study.space["depth"]["condition"]["values"] == ["b"]
+
+    asyncio.run(run())

@@ -141,6 +141,22 @@ def change_study_attrs(study: StudyRef, body: S.StudyAttrsChange, svc: Svc, by: 
                                                          body.delete)}
 
 
+@router.patch("/studies/{study}/space", response_model=S.StudyView, tags=["studies"],
+              summary="Grow a study's space: new parameters, new choices, wider ranges",
+              description="Adds each parameter the space lacks, and grows each existing one given: new choices, a "
+              "wider range, more parent values in its condition. Only growth: removing a parameter or a choice, "
+              "narrowing a range, changing a type, a scale or a condition's parent is a 422 naming the field, and "
+              "nothing changes. The trials already told keep their values; a new parameter is inactive for them "
+              "(as a conditional parameter whose condition does not hold: `grown` in the space), and every ask "
+              "after the change holds it where it is active. The change waits for the study's asks and tells in "
+              "flight and is one transaction; the surrogate is refitted on the new space (until then asks draw "
+              "from the study's quasi-random sequence, or wait for the refit as any ask does). The same change "
+              "again changes nothing. Answers the study view.")
+def grow_space(study: StudyRef, body: S.SpaceGrowth, svc: Svc, by: By = None) -> dict[str, Any]:
+    info, _ = svc.grow_space(_resolve(svc, study, by), body.plain_space())
+    return svc.view(info)
+
+
 @router.get("/studies/{study}/pareto", response_model=S.ParetoView, tags=["studies"],
             summary="A multi-objective study's Pareto front and hypervolume",
             description="The non-dominated completed trials (feasible ones only, when the study has constraints), "

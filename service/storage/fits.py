@@ -18,7 +18,7 @@ class FitQueries:
     def fit_inputs(self, study_id: int) -> FitInputs | None:
         """What a fit of ``study_id`` needs, or None if the study is gone."""
         with self._read() as s:
-            row = s.execute(select(StudyRow.definition, StudyRow.snapshot_n_obs)
+            row = s.execute(select(StudyRow.definition, StudyRow.snapshot_n_obs, StudyRow.revision)
                             .where(StudyRow.id == study_id)).first()
             if row is None:
                 return None
@@ -40,15 +40,17 @@ class FitQueries:
                                 .where(TrialRow.study_id == study_id, TrialRow.state == "running")
                                 .order_by(TrialRow.number)).scalars().all()
             return FitInputs(row[0], observations, row[1], list(running),
-                             constraints if constrained else None)
+                             constraints if constrained else None, int(row[2] or 0))
 
     def save_snapshot(self, study_id: int, *, n_obs: int, method: str, fit_seconds: float,
-                      data: bytes, device: str | None = None) -> int | None:
-        """Store a fit's snapshot if it is newer than the study's; return its version."""
+                      data: bytes, device: str | None = None, revision: int | None = None) -> int | None:
+        """Store a fit's snapshot if it is newer than the study's; return its version. ``revision``: the
+        definition's revision the fit read (``FitInputs.revision``); a fit of a space that has grown
+        since is not stored (its candidates lack the new parameters)."""
         try:
             with self.locked(study_id) as tx:
                 st = tx.study
-                if n_obs <= st.snapshot_n_obs:
+                if n_obs <= st.snapshot_n_obs or (revision is not None and revision != st.revision):
                     return None
                 version = st.snapshot_version + 1
                 tx.session.add(SnapshotRow(study_id=study_id, version=version, n_obs=n_obs, method=method,

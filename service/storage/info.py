@@ -61,6 +61,7 @@ class StudyInfo:
     fit_method: str | None = None
     fit_device: str | None = None
     user_attrs: dict[str, Any] | None = None
+    revision: int = 0  # changes of the definition (its space grew)
 
 
 @dataclass
@@ -70,6 +71,7 @@ class FitInputs:
     snapshot_n_obs: int
     running: list[dict[str, Any]] = field(default_factory=list)  # params of the running trials, by number
     constraints: list[list[float]] | None = None  # each observation's constraint values (constrained studies)
+    revision: int = 0  # the definition's revision: a snapshot fitted on another is not saved
 
 
 def best_trial_of(t: TrialRow) -> dict[str, Any]:

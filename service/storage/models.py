@@ -87,6 +87,9 @@ class StudyRow(Base):
     fitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     fit_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     user_attrs: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    # changes of the definition (its space grew): a process's cached definition, or a fit's, is stale
+    # when it was read at another revision
+    revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class TrialRow(Base):

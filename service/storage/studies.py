@@ -24,7 +24,7 @@ def _info(row: StudyRow, counts: dict[str, int]) -> StudyInfo:
         best_trial_id=row.best_trial_id, best_value=row.best_value,
         snapshot_version=row.snapshot_version, snapshot_n_obs=row.snapshot_n_obs,
         fitted_at=as_utc(row.fitted_at), fit_error=row.fit_error, counts=full,
-        user_attrs=row.user_attrs,
+        user_attrs=row.user_attrs, revision=row.revision or 0,
     )
 
 
@@ -66,12 +66,16 @@ class StudyQueries:
         trial of study ``source_id``, in one transaction: the copy is whole or absent. Conflict
         ``name_conflict`` when the name is taken, also by a create or copy racing this one (the
         unique name decides: the loser's transaction stores nothing); ``(study, trials copied)``.
-        ``better(value, best)``: whether a feasible completed value beats the best so far."""
+        ``better(value, best)``: whether a feasible completed value beats the best so far. The copy's space
+        is the source's as read in this transaction (its space may have grown since ``definition`` was
+        read: the trials' keys are of the space they are read with)."""
         conflict = Conflict(f"a study named {name!r} exists", field="name", code="name_conflict")
         try:
             with self._write() as s:
-                if s.get(StudyRow, source_id) is None:
+                src = s.get(StudyRow, source_id)
+                if src is None:
                     raise NotFound(f"study {source_id} not found", field="study")
+                definition = {**definition, "space": src.definition["space"]}
                 if s.scalar(select(StudyRow.id).where(StudyRow.name == name)) is not None:
                     raise conflict
                 row = StudyRow(name=name, definition=definition, created_at=now(), next_number=0, n_complete=0,
@@ -167,6 +171,14 @@ class StudyQueries:
                     info.best_trial = best_trial_of(t)
                 out.append(info)
             return out, int(total)
+
+    def definition_at(self, study_id: int) -> tuple[dict[str, Any], int]:
+        """The study's definition and its revision, read together."""
+        with self._read() as s:
+            row = s.execute(select(StudyRow.definition, StudyRow.revision).where(StudyRow.id == study_id)).first()
+        if row is None:
+            raise NotFound(f"study {study_id} not found", field="study")
+        return row[0], int(row[1] or 0)
 
     def definition(self, study_id: int) -> dict[str, Any]:
         with self._read() as s:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from ..errors import NotFound
@@ -195,6 +195,30 @@ class StudyTx:
                     self.study.best_trial_id = row.id
                     self.study.best_value = row.value
         return out
+
+    def definition(self) -> dict[str, Any]:
+        """The study's stored definition, read in this transaction (the lock does not load it)."""
+        return self.study.definition
+
+    def grow(self, definition: dict[str, Any], key_of: Callable[[dict[str, Any], str], str]) -> None:
+        """Store ``definition``, whose space has grown: the revision moves on (other processes'
+        cached definitions are stale), every trial's configuration key is ``key_of(params, state)``
+        under the new space, and the snapshots of the old space are deleted, so that no ask serves
+        their candidates: until the first fit of the new space, asks draw from the study's
+        quasi-random sequence."""
+        st = self.study
+        st.definition = definition
+        st.revision = (st.revision or 0) + 1
+        rows = self.session.execute(select(TrialRow.id, TrialRow.params, TrialRow.state, TrialRow.ukey)
+                                    .where(TrialRow.study_id == st.id)).all()
+        changed = [{"id": tid, "ukey": k} for tid, params, state, old in rows if (k := key_of(params, state)) != old]
+        if changed:
+            self.session.execute(update(TrialRow), changed)  # by primary key, in executemany batches
+        self.session.execute(delete(SnapshotRow).where(SnapshotRow.study_id == st.id))
+        st.snapshot_version = 0
+        st.snapshot_n_obs = 0
+        st.fitted_at = None
+        st.fit_error = None
 
     def set_state(self, state: dict[str, Any]) -> None:
         """The study's adaptive state after the tells of this transaction (``StudyState.to_dict``)."""

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from calibo.engine.errors import FieldError
 from calibo.engine.study import StudySpec
@@ -15,6 +16,7 @@ from .outcomes import check_constraints, check_outcome
 from .views import trial_view
 
 MAX_ADDED = 1000  # trials one add request may carry
+T = TypeVar("T")
 
 
 def _enqueued_view(t: Any) -> dict[str, Any]:
@@ -32,13 +34,19 @@ class AddedTrials:
         With ``skip_if_exists``, a trial whose parameters already include these values (enqueued,
         running or finished) is answered instead of a new one.
         """
-        sd = self.study(study_id)
-        try:
-            params = sd.space.validate_partial(params)
-        except FieldError as e:
-            raise InvalidRequest(e.message, field=f"params.{e.field}" if e.field != "params" else "params") from None
-        complete = sd.space.complete(params)
+        raw = params
+
+        def checked(sd: StudyDef) -> dict[str, Any]:
+            try:
+                return sd.space.validate_partial(raw)
+            except FieldError as e:
+                raise InvalidRequest(e.message, field=f"params.{e.field}" if e.field != "params" else "params") from None
+
+        sd, given = self._checked(study_id, checked)
         with self.storage.locked(study_id) as tx:
+            if (cur := self._current(tx, sd)) is not sd:  # the space grew meanwhile
+                sd, given = cur, checked(cur)
+            params, complete = given, sd.space.complete(given)
             if skip_if_exists:
                 same = tx.trials_with_params(params)
                 if same:
@@ -63,11 +71,16 @@ class AddedTrials:
         """Record trials evaluated elsewhere (``params`` and ``value``, or ``state: failed``; a
         constrained study's ``constraints``; ``user_attrs``): they count in the next fit and the best
         trial, and, having no prediction, never move the calibration state. All or none are stored."""
-        sd = self.study(study_id)
         if not 1 <= len(trials) <= MAX_ADDED:
             raise InvalidRequest(f"1 to {MAX_ADDED} trials per request (got {len(trials)})", field="trials")
-        specs = [self._added_spec(sd, t, f"trials.{i}") for i, t in enumerate(trials)]
+
+        def checked(sd: StudyDef) -> list[dict[str, Any]]:
+            return [self._added_spec(sd, t, f"trials.{i}") for i, t in enumerate(trials)]
+
+        sd, specs = self._checked(study_id, checked)
         with self.storage.locked(study_id) as tx:
+            if (cur := self._current(tx, sd)) is not sd:  # the space grew meanwhile: keys of the new one
+                sd, specs = cur, checked(cur)
             rows = tx.add_finished(specs, lambda v: sd.better(v, tx.study.best_value))
             views = [trial_view(r) for r in rows]
             n_complete = tx.study.n_complete
@@ -92,6 +105,18 @@ class AddedTrials:
             raise InvalidRequest(e.message, field=f"{where}.{e.field}") from None
         return {"params": params, "ukey": sd.space.key(params).hex(), "state": state, "value": value,
                 "values": values, "constraints": constraints, "user_attrs": trial.get("user_attrs"), "origin": trial.get("origin", "added")}
+
+    def _checked(self, study_id: int, check: Callable[[StudyDef], T]) -> tuple[StudyDef, T]:
+        """``check(definition)`` on the study's cached definition; when it refuses, and another process
+        has grown the space since that was read, on the stored one (whose new parameters it may hold)."""
+        sd = self.study(study_id)
+        try:
+            return sd, check(sd)
+        except InvalidRequest:
+            fresh = self._reload(study_id)
+            if fresh.revision == sd.revision:
+                raise
+            return fresh, check(fresh)
 
     def copy(self, study_id: int, name: str, user_attrs: dict[str, Any] | None = None) -> tuple[StudyInfo, int]:
         """A new study named ``name`` with the same definition and every finished trial of this one

@@ -20,21 +20,23 @@ SERVICE_SETTINGS = {"ask_wait_seconds": (0.0, 600.0), "heartbeat_timeout_seconds
 
 @dataclass(frozen=True, kw_only=True)
 class StudyDef(StudySpec):
-    """A study's immutable definition, parsed once and cached: what the engine reads of it (the
+    """A study's definition at one revision, parsed once and cached: what the engine reads of it (the
     ``StudySpec`` it is: space, settings, directions, seed, constraint names) and the service's own
-    parts."""
+    parts. Only the space changes, by growth (``StudyService.grow_space``), and each change moves the
+    stored revision on: a cached definition of another revision is stale."""
 
     id: int
+    revision: int = 0
     ask_wait_seconds: float | None
     heartbeat_timeout_seconds: float | None
     pruner: PrunerConfig = PrunerConfig()
 
     @classmethod
-    def parse(cls, study_id: int, definition: dict[str, Any]) -> StudyDef:
-        """A stored definition (``build_definition``'s form)."""
+    def parse(cls, study_id: int, definition: dict[str, Any], revision: int = 0) -> StudyDef:
+        """A stored definition (``build_definition``'s form) at ``revision``."""
         service = definition.get("service", {})
         spec = StudySpec.from_definition(definition)
-        return cls(**{f.name: getattr(spec, f.name) for f in fields(StudySpec)}, id=study_id,
+        return cls(**{f.name: getattr(spec, f.name) for f in fields(StudySpec)}, id=study_id, revision=revision,
                    ask_wait_seconds=service.get("ask_wait_seconds"),
                    heartbeat_timeout_seconds=service.get("heartbeat_timeout_seconds"),
                    pruner=PrunerConfig.from_dict(definition.get("pruner")))

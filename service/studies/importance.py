@@ -37,7 +37,7 @@ class ImportanceCache:
         if not 0 <= objective < m:
             raise InvalidRequest(f"objective must be in [0, {m - 1}] (the study has {m})", field="objective")
         obs = [(p, v[objective] if isinstance(v, list) else v) for p, v in inputs.observations][-_RECENT:]
-        key = (len(obs), tuple(map(repr, obs[-4:])))
+        key = (inputs.revision, len(obs), tuple(map(repr, obs[-4:])))  # a grown space is computed afresh
         with self._lock:
             hit = self._answers.get((study_id, objective))
             if hit is not None and hit[0] == key:

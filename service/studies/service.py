@@ -35,6 +35,7 @@ from .definitions import (
     definition_differences,
     migrated,
 )
+from .growth import SpaceGrowth
 from .importance import ImportanceCache
 from .outcomes import check_constraints, check_outcome
 from .pareto import pareto as pareto_of
@@ -57,7 +58,7 @@ def crowd_wait(trial_s: float | None, fit_s: float | None, bound: float) -> floa
     return min(bound, share) if fit_s <= share else 0.0
 
 
-class StudyService(AskSteps, TellSteps, AddedTrials):
+class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
     """Create, ask, tell and report on studies; shared by all API requests of a process."""
 
     def __init__(self, settings: Settings, storage: Storage, fits: FitPool | None, metrics: Any = None) -> None:
@@ -121,13 +122,6 @@ class StudyService(AskSteps, TellSteps, AddedTrials):
         if bad_text(ref) is not None:  # create refuses such names: no study has one (and PostgreSQL cannot compare NUL)
             raise NotFound(f"no study named {ref!r}", field="study")
         return self.storage.study_id(ref)  # one indexed lookup: names are unique
-
-    def study(self, study_id: int) -> StudyDef:
-        d = self._defs.get(study_id)
-        if d is None:
-            d = StudyDef.parse(study_id, self.storage.definition(study_id))
-            self._defs[study_id] = d
-        return d
 
     def delete(self, study_id: int) -> None:
         self.storage.delete_study(study_id)
@@ -247,6 +241,7 @@ class StudyService(AskSteps, TellSteps, AddedTrials):
         out: list[Any] = [None] * len(items)
         try:
             with self.storage.locked(study_id) as tx:
+                sd = self._current(tx, sd)  # another process may have grown the space
                 if tells:
                     for i, r in zip(tells, self._tell_in(tx, sd, [items[i][1] for i in tells]), strict=True):
                         out[i] = r
@@ -311,5 +306,6 @@ class StudyService(AskSteps, TellSteps, AddedTrials):
 
     # --------------------------------------------------------- calibration
     def calibration(self, study_id: int, window: int = 20) -> dict[str, Any]:
-        return calibration_view(self.study(study_id), self.storage.get_study(study_id),
-                                self.storage.calibration_rows(study_id), window)
+        rows = self.storage.calibration_rows(study_id)
+        info = self.storage.get_study(study_id)  # read after the rows: its space holds every parameter theirs do
+        return calibration_view(self._fresh(info), info, rows, window)

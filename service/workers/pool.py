@@ -146,6 +146,13 @@ class FitPool:
             self.request(sid)
         return len(stalled)
 
+    def restart(self, study_id: int) -> None:
+        """The study's space grew: no fit stored so far is of it (``wait`` waits for one that is)."""
+        with self._cond:
+            st = self._studies.get(study_id)
+            if st is not None:
+                st.fitted_n_obs = 0
+
     def forget(self, study_id: int) -> None:
         with self._cond:
             self._studies.pop(study_id, None)

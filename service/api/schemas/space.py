@@ -24,6 +24,9 @@ class Condition(RequestBody):
 
 ConditionField = Field(None, description="active only when the parent takes one of the values (nesting "
                        "allowed, no cycles); ask returns only active parameters, tell and add take exactly those")
+GrownField = Field(False, description="added to the space after trials were told (PATCH .../space sets it): a "
+                   "configuration may lack it, as those trials do (it is inactive for them); every ask holds it "
+                   "where it is active")
 
 
 class FloatParam(RequestBody):
@@ -32,6 +35,7 @@ class FloatParam(RequestBody):
     high: Real = Field(description="greater than low; the range must be a finite number")
     log: StrictBool = Field(False, description="sample on a log scale (low > 0)")
     condition: Condition | None = ConditionField
+    grown: StrictBool = GrownField
 
 
 class IntParam(RequestBody):
@@ -40,18 +44,21 @@ class IntParam(RequestBody):
     high: JsonInt = Field(description="greater than low")
     log: StrictBool = Field(False, description="sample on a log scale (low > 0)")
     condition: Condition | None = ConditionField
+    grown: StrictBool = GrownField
 
 
 class CategoricalParam(RequestBody):
     type: Literal["categorical"]
     choices: list[Choice] = Field(min_length=1, max_length=MAX_CHOICES, description="distinct values")
     condition: Condition | None = ConditionField
+    grown: StrictBool = GrownField
 
 
 class OrdinalParam(RequestBody):
     type: Literal["ordinal"]
     choices: list[Choice] = Field(min_length=1, max_length=MAX_CHOICES, description="distinct values, in order")
     condition: Condition | None = ConditionField
+    grown: StrictBool = GrownField
 
 
 ParamSpec = Annotated[FloatParam | IntParam | CategoricalParam | OrdinalParam, Field(discriminator="type")]

@@ -192,5 +192,22 @@ class StudyAttrsChange(RequestBody):
                                          examples=[["draft"]])
 
 
+class SpaceGrowth(RequestBody):
+    """New parameters, and existing ones' grown definitions: see ``PATCH /v1/studies/{study}/space``."""
+
+    space: dict[ParamName, ParamSpec | None] = Field(
+        min_length=1, max_length=MAX_PARAMS, json_schema_extra=CLOSED_KEYS,
+        description="each parameter to add (a name the space lacks), or an existing parameter's whole new "
+        "definition: more choices (a categorical's new ones go after the existing), a wider range, a "
+        "condition's new parent values. Parameters left out stay as they are; null (removing one) is refused. "
+        "The space after the change keeps create's bounds",
+        examples=[{"booster": {"type": "categorical", "choices": ["gbtree", "linear", "dart"]},
+                   "rate_drop": {"type": "float", "low": 0.0, "high": 0.5,
+                                 "condition": {"parent": "booster", "values": ["dart"]}}}])
+
+    def plain_space(self) -> dict[str, Any]:
+        return {k: None if v is None else v.model_dump(exclude_unset=True) for k, v in self.space.items()}
+
+
 class StudyAttrs(BaseModel):
     user_attrs: dict[str, Any] = Field(description="the study's user attributes after the change")
