@@ -2,10 +2,11 @@
 
 The browser tests drive Debian's ``chromium`` (``CALIBO_CHROMIUM``, default /usr/bin/chromium) with
 playwright-python through ``executable_path`` (no ``playwright install``); they skip where either is
-missing (.ci/run installs both). The page polls every 0.3 s here (``?poll=0.3``). The run without auth
-takes the screenshot the README shows; with ``CALIBO_SCREENSHOTS=1`` it (and the Pareto panel's)
-replaces benchmarks/results/dashboard.png, otherwise it goes to a temporary folder, so that running
-the tests leaves the committed files as they are.
+missing (.ci/run installs both). The page polls every 0.3 s here (``?poll=0.3``). The screenshots
+the docs show are taken by the browser tests (the Pareto panel's here, the dashboard's in
+tests/test_dashboard_legible.py); with ``CALIBO_SCREENSHOTS=1`` they replace the PNGs in
+benchmarks/results/, otherwise they go to a temporary folder, so that running the tests leaves the
+committed files as they are.
 
 The page runs under the Content-Security-Policy the server sends with it (never bypassed here): every
 ``securitypolicyviolation`` event and every console error (Chromium logs each refused script, style or
@@ -257,10 +258,6 @@ def test_dashboard_renders_every_plot_and_follows_new_trials(open_server: LiveSe
         assert points(page)["params"] == 28
         n = c.get(f"/v1/studies/{sid}/calibration").json()["n"]
         page.wait_for_function(f"""() => document.querySelector('[data-plot="alpha"]').dataset.points === "{n}" """)
-
-        page.wait_for_timeout(300)  # let the last poll's redraw land
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOT), full_page=True)
 
     # a busy server (503) shows, and the page goes on polling
     busy = re.compile(r"/v1/studies\?")

@@ -645,6 +645,7 @@
     const select = $('[data-plot="calibration"] [data-option="pair"]');
     if (!cal || !cal.n) {
       select.replaceChildren();
+      resetCaption("calibration");
       return empty("calibration", "no predicted trial has completed yet (warm start)");
     }
     const nominal = cal.nominal;
@@ -662,6 +663,7 @@
     const inside = rows.map((t) => (t.intervals[pair].covered ? t.value : null));
     const outside = rows.map((t) => (t.intervals[pair].covered ? null : t.value));
     const label = pct(nominal[pair]);
+    captionCalibration(cal, pair, rows);
     const y = logScale("calibration", rows.map((t) => t.value), lower);
     chart("calibration", `cal:${pair}:${y.sig}`, rows.length, () => ({
       scales: { x: { time: false }, y: y.scale },
@@ -689,9 +691,12 @@
 
   function drawCoverage(name, key) {
     const cal = state.calibration;
-    if (!cal || !cal.n) return empty(name, "no predicted trial has completed yet (warm start)");
-    const win = $(`[data-plot="${name}"] .window`);
-    if (win && cal.window) win.textContent = cal.window;
+    if (!cal || !cal.n) {
+      resetCaption(name);
+      return empty(name, "no predicted trial has completed yet (warm start)");
+    }
+    if (key === "rolling_coverage") captionRolling(cal);
+    else captionCoverage(cal);
     const nominal = cal.nominal;
     const series = nominal.map((c, i) => line(COLORS[i % COLORS.length], { label: `${pct(c)} interval` }));
     const data = [calibrationXs(cal), ...nominal.map((_, i) => cal[key].map((row) => row[i]))];
@@ -705,14 +710,19 @@
 
   function drawAlpha() {
     const cal = state.calibration;
-    if (!cal || !cal.n) return empty("alpha", "no predicted trial has completed yet (warm start)");
+    if (!cal || !cal.n) {
+      resetCaption("alpha");
+      return empty("alpha", "no predicted trial has completed yet (warm start)");
+    }
     const nominal = cal.nominal;
     const pairs = (state.study.adaptive && state.study.adaptive.pairs) || [];
     const target = nominal.map((c, i) => (pairs[i] ? pairs[i].target_alpha : 1 - c));
+    captionAlpha(cal, target);
     const series = nominal.map((c, i) => line(COLORS[i % COLORS.length], { label: `α of ${pct(c)}` }));
     const data = [calibrationXs(cal), ...nominal.map((_, i) => cal.alpha_trajectory.map((row) => row[i]))];
     chart("alpha", `alpha:${nominal.join()}`, cal.n, () => ({
-      scales: { x: { time: false }, y: { range: [0, 1.02] } },
+      // an alpha driven below 0 (misses the widest interval could not stop) stays in view
+      scales: { x: { time: false }, y: { range: (u, lo, hi) => [Math.min(0, lo), Math.max(1.02, hi)] } },
       axes: axes("trial number", "alpha (miscoverage)"),
       series: [{ label: "trial" }, ...series],
       plugins: [targets(target, nominal.map((_, i) => COLORS[i % COLORS.length]))],
@@ -782,87 +792,350 @@
     return ctx;
   }
 
-  // parallel coordinates: one vertical axis per parameter and one for the value; lines by value rank
-  function drawParams() {
-    const fig = figure("params");
-    const s = state.study;
-    // a multi-objective study's trials are colored by their first objective
-    const val = (t) => (Array.isArray(t.values) ? t.values[0] : t.value);
-    const done = state.trials.filter((t) => t.state === "complete" && val(t) != null)
-      .map((t) => ({ ...t, value: val(t) }));
-    const ctx = canvasOf(fig, done.length, 280);
-    if (!ctx) return;
-    const { width, height } = ctx.size;
-    const sign = s.direction === "maximize" ? -1 : 1;
-    const values = done.map((t) => t.value);
-    const vmin = minOf(values), vmax = maxOf(values);
+  // ------------------------------------------------------------------ captions
+  // Each calibration chart says in plain words what it plots, what good looks like and what to do when
+  // it is not, from the numbers the calibration route returns: the study's own interval levels, window
+  // and counts. The page's own text stands until a predicted trial has completed.
+  const STATIC_CAPTIONS = new Map($$("[data-caption]").map((el) => [el.dataset.caption,
+    Array.from(el.childNodes, (c) => c.cloneNode(true))]));
+  const VERDICTS = { on: "on target", below: "below target", above: "above target", early: "too early to judge" };
+
+  function caption(name, verdict, sentences, data = {}) {
+    const el = $(`[data-caption="${name}"]`);
+    const parts = verdict ? [h("span", { class: `verdict ${verdict}` }, VERDICTS[verdict]), " "] : [];
+    el.replaceChildren(...parts, ...sentences.flatMap((x, i) => (i ? [" ", x] : [x])));
+    for (const k of Object.keys(el.dataset)) if (k !== "caption") delete el.dataset[k];
+    Object.assign(el.dataset, verdict ? { verdict } : {}, data);
+  }
+
+  function resetCaption(name) {
+    const el = $(`[data-caption="${name}"]`);
+    el.replaceChildren(...STATIC_CAPTIONS.get(name).map((c) => c.cloneNode(true)));
+    for (const k of Object.keys(el.dataset)) if (k !== "caption") delete el.dataset[k];
+  }
+
+  // where a share `observed` of `m` results stands against the target share `c`: within two binomial
+  // standard errors of it is the ordinary scatter of m results
+  function judge(observed, c, m) {
+    const noise = 2 * Math.sqrt((c * (1 - c)) / Math.max(1, m));
+    const verdict = m < 10 ? "early" : observed < c - noise ? "below" : observed > c + noise ? "above" : "on";
+    return { verdict, noise };
+  }
+
+  const widestPair = (cal) => cal.nominal.indexOf(Math.max(...cal.nominal));
+  const pctPoints = (share) => `${fmt(100 * share, 2)} points`;
+  const intervalsOf = (cal) => (cal.nominal.length > 1
+    ? `one line per interval (${cal.nominal.map(pct).join(", ")}), each with its dashed target`
+    : `dashed: its target`);
+
+  function captionCalibration(cal, pair, rows) {
+    const c = cal.nominal[pair];
+    const m = rows.length;
+    const k = rows.filter((t) => t.intervals[pair].covered).length;
+    const width = cal.summary && cal.summary.mean_width ? cal.summary.mean_width[pair] : null;
+    caption("calibration", judge(k / m, c, m).verdict, [
+      "Each dot is a finished trial's result; the shaded band is the range the model predicted for it when",
+      `the trial was asked, meant to hold the result ${pct(c)} of the time.`,
+      `${k} of ${m} results (${pct(k / m)}) fell inside it (green), ${m - k} outside (red)`
+        + `${width == null ? "" : `; the band is ${fmt(width, 3)} wide on average, in the objective's units`}.`,
+      `Good: about ${pct(c)} of the dots inside, the red ones scattered rather than in a run.`,
+      "A run of red dots means the model is wrong about the region the search is in now: calibo widens",
+      "the next bands by itself (alpha, below); if the run goes on, see the rolling coverage.",
+    ], { target: c, now: k / m, n: m });
+  }
+
+  function captionCoverage(cal) {
+    const i = widestPair(cal);
+    const c = cal.nominal[i];
+    const now = cal.cumulative_coverage[cal.cumulative_coverage.length - 1][i];
+    caption("coverage", judge(now, c, cal.n).verdict, [
+      "The share of told results that fell inside the interval predicted at ask time, over all",
+      `${cal.n} predicted trials so far; ${intervalsOf(cal)}.`,
+      `Good: each line settles near its target; the ${pct(c)} interval is at ${pct(now)}.`,
+      "Below its target for long, the model is overconfident (its intervals are too narrow) and the search",
+      "leans on predictions that miss: the rolling coverage shows whether that is still so. Above it, the",
+      "intervals are wider than they need to be, which is safe.",
+    ], { target: c, now, n: cal.n });
+  }
+
+  function captionRolling(cal) {
+    const i = widestPair(cal);
+    const c = cal.nominal[i];
+    const w = cal.window;
+    const m = Math.min(cal.n, w);
+    const now = cal.rolling_coverage[cal.rolling_coverage.length - 1][i];
+    const { verdict, noise } = judge(now, c, m);
+    caption("rolling", verdict, [
+      "The share of told results that fell inside the interval predicted at ask time, over the last",
+      `${w} trials, so that it shows what the cumulative line averages away; ${intervalsOf(cal)}.`,
+      `Good: the ${pct(c)} interval's line stays near its ${pct(c)} target; it is at ${pct(now)}`,
+      `(${Math.round(now * m)} of the last ${m}), and over ${m} trials ${pctPoints(noise)} either way is ordinary scatter.`,
+      `If it stays below ${pct(Math.max(0, c - noise))} for more than ${w} trials, look at the surrogate`,
+      "status above for failed or lagging fits, and at whether the objective changed during the study",
+      "(new data or code: start a new study).",
+    ], { target: c, now, n: m, window: w });
+  }
+
+  function captionAlpha(cal, targets) {
+    const i = widestPair(cal);
+    const c = cal.nominal[i];
+    const adapter = state.study.adaptive ? state.study.adaptive.adapter : null;
+    const pairs = (state.study.adaptive && state.study.adaptive.pairs) || [];
+    const now = pairs[i] ? pairs[i].alpha : cal.current_alpha[i];
+    const t = targets[i];
+    caption("alpha", null, [
+      `The share of results each interval was allowed to miss (alpha) when each trial was asked; ${
+        cal.nominal.length > 1 ? "one line per interval, each with its dashed target" : "dashed: its target"}.`,
+      adapter === "none" ? "This study's adapter is none: the alphas stay at their targets."
+        : `After a miss the ${adapter ? `${adapter.toUpperCase()} ` : ""}adapter lowers alpha, which widens the next`
+          + " intervals; after a hit it raises it a little.",
+      `Good: it wanders around its target; the ${pct(c)} interval's target is ${fmt(t, 3)}, and its alpha is`,
+      `${fmt(now, 3)} now.`,
+      now <= 0
+        ? "At 0 or below, that interval is as wide as the model can make it and results still fall outside it:"
+          + " the model's predictions are not to be trusted yet; see the rolling coverage for whether it recovers."
+        : "Far below the target for long, calibo keeps widening the intervals to make up for misses (the rolling"
+          + " coverage shows whether that worked); at 0 or below, the model's predictions are not to be trusted yet.",
+    ], { target: t, now });
+  }
+
+  function captionObjectives(cal, objs) {
+    const c = cal.nominal[0];
+    const now = objs.map((o) => (o.cumulative_coverage.length
+      ? o.cumulative_coverage[o.cumulative_coverage.length - 1][0] : null));
+    const verdicts = objs.map((o, j) => (now[j] == null ? "early" : judge(now[j], c, o.n).verdict));
+    const verdict = ["below", "early", "above", "on"].find((v) => verdicts.includes(v));
+    caption("objectives", verdict, [
+      `The share of each objective's told results that fell inside its ${pct(c)} interval predicted at ask`,
+      "time, over all its predicted trials; dashed: the target.",
+      `Good: each line settles near ${pct(c)}; now ${objs.map((o, j) => `objective ${j} ${
+        now[j] == null ? "—" : pct(now[j])}`).join(", ")}.`,
+      "An objective far below the line is the one the model predicts overconfidently: trust its part of",
+      "the suggestions less.",
+    ], { target: c, now: now.join(",") });
+  }
+
+  function captionParams(trials, params, best, scrolls) {
+    caption("params", null, [
+      `Parallel coordinates of the ${trials} completed trials: one axis per parameter (${params}), the`,
+      "objective last; each line is a trial, colored by its rank from",
+      h("span", { class: "key worse" }, "worse"), "to", h("span", { class: "key better" }, "better"),
+      "and", h("span", { class: "key lead" }, best > 1 ? `the ${best} best` : "the best"), "on top.",
+      `Categorical axes list their choices; hover a name for all of it${scrolls ? "; scroll sideways for the rest of the axes" : ""}.`,
+    ]);
+  }
+
+  // ---------------------------------------------------------- parallel coordinates
+  // One vertical axis per parameter and the objective last, at least PC_SPACING px apart (past that the
+  // chart scrolls sideways). The names stand above the axes in up to 3 staggered rows, each inside a cell
+  // of its own, so that no two overlap; a name wider than its cell is cut with an ellipsis and shown whole
+  // on hover. Lines on a canvas (hundreds of trials), axes and text in an SVG over it.
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  const PC_SPACING = 64; // px at least between two axes
+  const PC_ROW = 16; // px between two rows of names
+  const PC_GAP = 8; // px at least between two names of a row
+  const PC_TICK_GAP = 14; // px at least between two tick labels of an axis
+  const PC_PLOT_HEIGHT = 230;
+  const PC_BEST = 5; // trials highlighted, at most
+
+  function svg(tag, attrs = {}, ...children) {
+    const el = document.createElementNS(SVG_NS, tag);
+    for (const [k, v] of Object.entries(attrs)) if (v != null) el.setAttribute(k, v);
+    for (const c of children) if (c != null) el.append(c);
+    return el;
+  }
+
+  // sets the text of the SVG text `el` to `text`, cut with an ellipsis to at most `max` px; its width
+  function fitText(el, text, max) {
+    el.textContent = text;
+    if (el.getComputedTextLength() <= max) return el.getComputedTextLength();
+    const chars = Array.from(text);
+    let lo = 0, hi = chars.length - 1; // the longest prefix that fits with the ellipsis
+    while (lo < hi) {
+      const mid = Math.ceil((lo + hi) / 2);
+      el.textContent = `${chars.slice(0, mid).join("")}…`;
+      if (el.getComputedTextLength() <= max) lo = mid;
+      else hi = mid - 1;
+    }
+    el.textContent = `${chars.slice(0, lo).join("")}…`;
+    return el.getComputedTextLength();
+  }
+
+  // the axes: position of a value in [0, 1] (NaN: the parameter is inactive), ticks, and what hover says
+  function pcAxes(s, vmin, vmax) {
     const dims = Object.entries(s.space).map(([name, p]) => {
       if (p.type === "categorical" || p.type === "ordinal") {
         const n = p.choices.length;
-        const pos = (v) => (n > 1 ? p.choices.findIndex((c) => c === v) / (n - 1) : 0.5);
-        return { key: name, label: name, pos, ticks: p.choices.map((c, i) => [n > 1 ? i / (n - 1) : 0.5, String(c)]) };
+        const at = (i) => (i < 0 ? NaN : n > 1 ? i / (n - 1) : 0.5);
+        return {
+          key: name, label: name, pos: (v) => at(p.choices.findIndex((c) => c === v)),
+          ticks: p.choices.map((c, i) => [at(i), String(c)]), about: `${p.type}: ${p.choices.join(", ")}`,
+        };
       }
       const log = p.log && p.low > 0;
       const f = log ? Math.log : (x) => x;
       const lo = f(p.low), hi = f(p.high);
-      const pos = (v) => (hi > lo ? (f(v) - lo) / (hi - lo) : 0.5);
-      const mid = log ? Math.sqrt(p.low * p.high) : (p.low + p.high) / 2;
-      return { key: name, label: log ? `${name} (log)` : name, pos, ticks: [[0, fmt(p.low)], [0.5, fmt(mid)], [1, fmt(p.high)]] };
+      const tick = (v) => (p.type === "int" && Math.abs(v) < 1e6 ? String(v) : fmt(v));
+      let mid = log ? Math.sqrt(p.low * p.high) : (p.low + p.high) / 2;
+      if (p.type === "int") mid = Math.round(mid);
+      return {
+        key: name, label: log ? `${name} (log)` : name,
+        pos: (v) => (v == null ? NaN : hi > lo ? (f(v) - lo) / (hi - lo) : 0.5),
+        // the ends as they are (an int's exactly: 4096, not 4100), the middle rounded
+        ticks: [[0, tick(p.low)], [(f(mid) - lo) / (hi - lo || 1), p.type === "int" ? tick(mid) : fmt(mid, 3)],
+          [1, tick(p.high)]],
+        about: `${p.type}${log ? ", log scale" : ""}: ${tick(p.low)} to ${tick(p.high)}`,
+      };
     });
+    const multi = Array.isArray(s.directions);
+    const label = multi ? `objective 0 (${s.directions[0]})` : `value (${s.direction})`;
     dims.push({
-      key: null, label: s.direction === "maximize" ? "value (max)" : "value (min)",
-      pos: (v) => (vmax > vmin ? (v - vmin) / (vmax - vmin) : 0.5),
+      key: null, label, pos: (v) => (vmax > vmin ? (v - vmin) / (vmax - vmin) : 0.5),
       ticks: [[0, fmt(vmin)], [0.5, fmt((vmin + vmax) / 2)], [1, fmt(vmax)]],
+      about: `${label}: ${fmt(vmin)} to ${fmt(vmax)} over the completed trials`,
     });
-    // rank 1 = best; draw the worst first so the best lie on top
-    const ranked = done.slice().sort((a, b) => sign * (b.value - a.value));
-    const pad = { left: 60, right: 70, top: 34, bottom: 22 };
-    const plotH = height - pad.top - pad.bottom;
-    const xOf = (i) => pad.left + (dims.length > 1 ? (i * (width - pad.left - pad.right)) / (dims.length - 1) : 0);
-    const yOf = (p) => pad.top + (1 - p) * plotH;
-    ctx.lineJoin = "round";
-    ranked.forEach((t, r) => {
-      const best = r === ranked.length - 1;
-      ctx.strokeStyle = viridis(ranked.length > 1 ? r / (ranked.length - 1) : 1);
-      ctx.globalAlpha = best ? 1 : 0.7;
-      ctx.lineWidth = best ? 3 : 1.25;
+    return dims;
+  }
+
+  function drawParams() {
+    const fig = figure("params");
+    const wrap = $(".chart", fig);
+    const s = state.study;
+    // a multi-objective study's trials are ranked by their first objective
+    const val = (t) => (Array.isArray(t.values) ? t.values[0] : t.value);
+    const done = state.trials.filter((t) => t.state === "complete" && val(t) != null)
+      .map((t) => ({ ...t, value: val(t) }));
+    fig.dataset.points = done.length;
+    if (!done.length) {
+      fig.classList.add("empty");
+      fig.pcSig = null;
+      resetCaption("params");
+      wrap.replaceChildren(h("p", { class: "nodata" }, "no completed trial yet"), h("canvas", { hidden: true }));
+      return;
+    }
+    fig.classList.remove("empty");
+    const n = Object.keys(s.space).length + 1;
+    const pad = { left: 64, right: 80, bottom: 22 };
+    const avail = chartSize(wrap).width;
+    const spacing = n > 1 ? Math.max(PC_SPACING, (avail - pad.left - pad.right) / (n - 1)) : 0;
+    const width = Math.max(avail, Math.ceil(pad.left + pad.right + spacing * (n - 1)));
+    const sig = `${s.id}:${width}:${done.map((t) => `${t.id}/${t.value}`).join()}`;
+    if (fig.pcSig === sig) return; // nothing new: keep the drawing (and a tooltip the reader is on)
+    fig.pcSig = sig;
+
+    let inner = $(".pc", wrap);
+    if (!inner) {
+      inner = h("div", { class: "pc" }, h("canvas"));
+      inner.append(svg("svg", { class: "pc-text" }));
+      wrap.replaceChildren(inner);
+    }
+    const canvas = $("canvas", inner);
+    const layer = $("svg", inner);
+    layer.replaceChildren();
+    const values = done.map((t) => t.value);
+    const vmin = minOf(values), vmax = maxOf(values);
+    const dims = pcAxes(s, vmin, vmax);
+    const xOf = (i) => pad.left + i * spacing;
+
+    // the names: the fewest rows (1 to 3) in which each fits its cell, else 3 rows and cut names
+    const names = dims.map((d) => svg("text", { class: "pc-name", "data-axis": d.key, "data-full": d.label,
+      "data-objective": d.key == null ? "" : null }));
+    layer.append(...names);
+    const natural = names.map((el, i) => { el.textContent = dims[i].label; return el.getComputedTextLength(); });
+    const cell = (i, rows) => [i - rows >= 0 ? (xOf(i - rows) + xOf(i)) / 2 + PC_GAP / 2 : 2,
+      i + rows < n ? (xOf(i) + xOf(i + rows)) / 2 - PC_GAP / 2 : width - 2];
+    let rows = 1;
+    while (rows < 3 && natural.some((w, i) => { const [l, r] = cell(i, rows); return w > r - l; })) rows += 1;
+    pad.top = 32 + (rows - 1) * PC_ROW;
+    const height = pad.top + PC_PLOT_HEIGHT + pad.bottom;
+    const yOf = (p) => pad.top + (1 - p) * PC_PLOT_HEIGHT;
+
+    inner.style.width = `${width}px`;
+    inner.style.height = `${height}px`;
+    layer.setAttribute("width", width);
+    layer.setAttribute("height", height);
+    layer.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    fig.classList.toggle("scrolls", width > avail);
+    Object.assign(fig.dataset, { axes: n, rows, scrolls: width > avail });
+
+    // lines: the worst first, so that the better lie on top; the best few last, thick and orange
+    const dpr = window.devicePixelRatio || 1;
+    canvas.width = width * dpr;
+    canvas.height = height * dpr;
+    canvas.style.width = `${width}px`;
+    canvas.style.height = `${height}px`;
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    const sign = s.direction === "maximize" || (Array.isArray(s.directions) && s.directions[0] === "maximize") ? -1 : 1;
+    const ranked = done.slice().sort((a, b) => sign * (b.value - a.value) || b.number - a.number);
+    const best = Math.min(PC_BEST, Math.max(1, Math.floor(ranked.length / 10)));
+    fig.dataset.best = best;
+    const trace = (t) => {
       ctx.beginPath();
+      let pen = false; // lifted across an inactive (conditional) parameter
       dims.forEach((d, i) => {
         const p = d.pos(d.key == null ? t.value : t.params[d.key]);
+        if (Number.isNaN(p)) { pen = false; return; }
         const y = yOf(Math.min(1, Math.max(0, p)));
-        if (i === 0) ctx.moveTo(xOf(i), y);
-        else ctx.lineTo(xOf(i), y);
+        if (pen) ctx.lineTo(xOf(i), y);
+        else ctx.moveTo(xOf(i), y);
+        pen = true;
       });
       ctx.stroke();
+    };
+    ctx.lineJoin = "round";
+    ctx.lineCap = "round";
+    ctx.globalAlpha = Math.min(0.8, Math.max(0.12, 0.8 * Math.sqrt(40 / ranked.length)));
+    ctx.lineWidth = ranked.length > 300 ? 0.75 : 1;
+    ranked.slice(0, ranked.length - best).forEach((t, r) => {
+      ctx.strokeStyle = viridis(ranked.length > 1 ? r / (ranked.length - 1) : 1);
+      trace(t);
     });
     ctx.globalAlpha = 1;
-    ctx.font = "12px system-ui, sans-serif";
+    ranked.slice(ranked.length - best).forEach((t, r) => {
+      const top = r === best - 1;
+      ctx.strokeStyle = "rgba(255, 255, 255, 0.9)";
+      ctx.lineWidth = top ? 5 : 4;
+      trace(t);
+      ctx.strokeStyle = "#e8590c";
+      ctx.lineWidth = top ? 3 : 2;
+      trace(t);
+    });
+
+    // axes, and the tick labels left of each (right of the objective's), cut to the room there
     dims.forEach((d, i) => {
       const x = xOf(i);
-      ctx.strokeStyle = "#333";
-      ctx.lineWidth = 1;
-      ctx.beginPath();
-      ctx.moveTo(x, pad.top);
-      ctx.lineTo(x, pad.top + plotH);
-      ctx.stroke();
-      ctx.fillStyle = "#222";
-      ctx.textAlign = "center";
-      ctx.font = "600 12px system-ui, sans-serif";
-      ctx.fillText(d.label, x, pad.top - 14);
-      ctx.font = "11px system-ui, sans-serif";
-      ctx.textAlign = i === dims.length - 1 ? "left" : "right";
-      const last = i === dims.length - 1;
-      for (const [p, label] of d.ticks) {
+      const last = i === n - 1;
+      const room = last ? pad.right - 10 : i === 0 ? pad.left - 10 : spacing - 16;
+      layer.append(svg("line", { class: "pc-axis", x1: x, x2: x, y1: pad.top, y2: pad.top + PC_PLOT_HEIGHT }));
+      const every = Math.max(1, Math.ceil(PC_TICK_GAP / (PC_PLOT_HEIGHT / Math.max(1, d.ticks.length - 1))));
+      d.ticks.filter((_, k) => k % every === 0).forEach(([p, label]) => {
         const y = yOf(p);
-        const w = ctx.measureText(label).width;
-        ctx.fillStyle = "rgba(255, 255, 255, 0.85)"; // keeps the label readable over the lines
-        ctx.fillRect(last ? x + 4 : x - 8 - w, y - 8, w + 4, 15);
-        ctx.fillStyle = "#333";
-        ctx.fillRect(x - 3, y - 0.5, 6, 1);
-        ctx.fillStyle = "#444";
-        ctx.fillText(label, last ? x + 6 : x - 6, y + 4);
-      }
+        const text = svg("text", { class: "pc-tick", x: last ? x + 6 : x - 6, y: y + 4,
+          "text-anchor": last ? "start" : "end", "data-axis": d.key });
+        layer.append(svg("line", { class: "pc-mark", x1: x - 3, x2: x + 3, y1: y, y2: y }), text);
+        fitText(text, label, room);
+        if (text.textContent !== label) text.append(svg("title", {}, label)); // cut: whole on hover
+      });
     });
+
+    // the names, each in its cell of its row; a leader from a raised name down to its axis
+    names.forEach((el, i) => {
+      const d = dims[i];
+      const row = i % rows;
+      const [left, right] = cell(i, rows);
+      const w = fitText(el, d.label, right - left);
+      const start = Math.min(Math.max(xOf(i) - w / 2, left), right - w);
+      const y = pad.top - 14 - row * PC_ROW;
+      el.setAttribute("x", start);
+      el.setAttribute("y", y);
+      el.append(svg("title", {}, `${d.label}\n${d.about}`));
+      if (row > 0) layer.insertBefore(svg("line", { class: "pc-leader", x1: xOf(i), x2: xOf(i), y1: y + 3,
+        y2: pad.top }), layer.firstChild);
+    });
+
+    captionParams(done.length, n - 1, best, width > avail);
   }
 
   // ------------------------------------------------------------ several objectives
@@ -966,7 +1239,11 @@
     const cal = state.calibration;
     const objs = (cal && cal.objectives) || [];
     const n = Math.max(0, ...objs.map((o) => o.cumulative_coverage.length));
-    if (!n) return empty("objectives", "no predicted trial told yet");
+    if (!n) {
+      resetCaption("objectives");
+      return empty("objectives", "no predicted trial told yet");
+    }
+    captionObjectives(cal, objs);
     const xs = Array.from({ length: n }, (_, i) => i + 1);
     const ys = objs.map((o) => xs.map((_, i) => (i < o.cumulative_coverage.length ? o.cumulative_coverage[i][0] : null)));
     const nominal = cal.nominal[0];
