@@ -9,6 +9,8 @@ import pytest
 from conftest import LiveServer
 from test_dashboard import browser, page  # noqa: F401 -- the same browser and page fixtures
 
+pytestmark = pytest.mark.live  # a server and a browser: not among `make test-fast`'s unit tests
+
 
 @pytest.fixture(scope="module")
 def dash_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
