@@ -74,6 +74,9 @@ class AsyncClient:
     def base_url(self) -> str:
         return str(self._http.base_url)
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.base_url!r})"
+
     # ------------------------------------------------------------ plumbing
     async def _run(self, call: Call[T]) -> T:
         attempts = Attempts(call, self._policy, base_url=self.base_url, reached=self._reached)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _endpoints as api
-from . import _export
+from . import _export, _reprs
 from ._optimize import stop_runs
 from .models import ParetoFront, Trial, TrialRecord
 
@@ -95,7 +95,9 @@ class _Handle:
         stop_runs(self)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(id={self.id}, name={self.name!r})"
+        multi = self.directions
+        return _reprs.build(self, ("id", str(self.id)), ("name", _reprs.value(self.name)),
+                            ("directions", repr(multi)) if multi else ("direction", repr(self.direction)))
 
 
 class Study(_Handle):

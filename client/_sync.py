@@ -67,6 +67,9 @@ class Client:
     def base_url(self) -> str:
         return str(self._http.base_url)
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.base_url!r})"
+
     # ------------------------------------------------------------ plumbing
     def _run(self, call: Call[T]) -> T:
         attempts = Attempts(call, self._policy, base_url=self.base_url, reached=self._reached)

@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from . import _reprs
+
 __all__ = [
     "CaliboError",
     "ConnectionFailed",
@@ -75,9 +77,10 @@ class CaliboError(Exception):
         return text
 
     def __repr__(self) -> str:
+        message = self.message if len(self.message) <= 80 else self.message[:77] + "..."
         return (
             f"{type(self).__name__}(status={self.status!r}, code={self.code!r}, "
-            f"message={self.message!r}, field={self.field!r})"
+            f"message={message!r}, field={_reprs.value(self.field)})"
         )
 
 

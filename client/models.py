@@ -7,6 +7,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from . import _reprs
+
 __all__ = ["ParetoFront", "Trial", "TrialRecord", "TrialState"]
 
 
@@ -59,6 +61,12 @@ class Trial:
             origin=str(data.get("origin") or "asked"),  # an ask's answer names only the enqueued ones
             user_attrs=dict(data.get("user_attrs") or {}),
         )
+
+    def __repr__(self) -> str:
+        shown = _reprs.prediction(self.prediction)
+        return _reprs.build(self, ("id", str(self.id)), ("number", str(self.number)),
+                            ("params", _reprs.params(self.params)), ("origin", repr(self.origin)),
+                            ("prediction", None if shown is None else f"({shown})"))
 
 
 def _time(value: Any) -> datetime | None:
@@ -128,6 +136,12 @@ class TrialRecord:
             raw=dict(data),
         )
 
+    def __repr__(self) -> str:
+        outcome = ("values", "[" + ", ".join(map(_reprs.value, self.values)) + "]") if self.values is not None \
+            else ("value", _reprs.value(self.value))
+        return _reprs.build(self, ("id", str(self.id)), ("number", str(self.number)), ("state", repr(str(self.state))),
+                            outcome, ("params", _reprs.params(self.params)))
+
 
 @dataclass(frozen=True, slots=True)
 class ParetoFront:
@@ -149,3 +163,8 @@ class ParetoFront:
             reference_point=[float(v) for v in ref] if isinstance(ref, list) else None,
             history=[(int(h["trials"]), float(h["hypervolume"])) for h in data.get("history") or []],
         )
+
+    def __repr__(self) -> str:
+        ref = None if self.reference_point is None else "[" + ", ".join(map(_reprs.value, self.reference_point)) + "]"
+        return _reprs.build(self, ("trials", f"<{len(self.trials)} on the front>"),
+                            ("hypervolume", _reprs.value(self.hypervolume)), ("reference_point", ref))

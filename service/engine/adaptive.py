@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from . import reprs
+
 DEFAULT_GAMMAS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128)
 
 
@@ -68,6 +70,11 @@ class DtACIState:
     seed: int = 0
     steps: int = 0
     kind: str = "dtaci"
+
+    def __repr__(self) -> str:
+        return reprs.build(self, ("target", reprs.value(self.target)), ("alpha", reprs.value(self.alpha)),
+                           ("steps", str(self.steps)), ("experts", str(len(self.experts))),
+                           ("window", str(self.window)))
 
     @classmethod
     def new(cls, target: float, gammas=DEFAULT_GAMMAS, window: int = 50, seed: int = 0) -> DtACIState:

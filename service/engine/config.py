@@ -9,13 +9,13 @@ its place (``migrate``), and says so (``removed``).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
 
 from . import acquisition as acq
-from . import multi
+from . import multi, reprs
 from .adaptive import ADAPTERS
 from .conformal import midpoint_levels
 from .errors import ConfigError
@@ -173,6 +173,12 @@ class EngineConfig:
         if n_objectives < 2 or self.surrogate != "qgp" or "scores" in self.surrogate_options:
             return self
         return replace(self, surrogate_options={**self.surrogate_options, "scores": "normalized"})
+
+    def __repr__(self) -> str:
+        """The settings that differ from the defaults (``EngineConfig()`` when none do)."""
+        changed = [(f.name, reprs.value(getattr(self, f.name))) for f in fields(self)
+                   if getattr(self, f.name) != (f.default_factory() if f.default_factory is not MISSING else f.default)]
+        return reprs.build(self, *changed)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

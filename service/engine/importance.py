@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from . import reprs
 from .space import SearchSpace
 from .surrogates import make_surrogate
 
@@ -70,6 +71,13 @@ class Importance:
     method: str
     r2_oob: float | None
     seconds: float
+
+    def __repr__(self) -> str:
+        top = self.params[0] if self.params else None
+        return reprs.build(self, ("n_trials", str(self.n_trials)), ("method", repr(self.method)),
+                           ("top", None if top is None else f"{reprs.value(top.get('param'))}: "
+                                                            f"{reprs.value(top.get('importance'))}"),
+                           ("params", str(len(self.params))), ("r2_oob", reprs.value(self.r2_oob)))
 
     def to_dict(self) -> dict[str, Any]:
         return {"importances": self.params, "n_trials": self.n_trials, "method": self.method,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import multi
+from . import multi, reprs
 from .config import EngineConfig
 from .errors import ConfigError
 from .fit import fit
@@ -101,6 +101,12 @@ class Optimizer:
         # refit the same snapshot on the same observations
         self._fitted_with: tuple[tuple[int, int], list[dict[str, Any]]] | None = None
         self.timings: dict[str, float] = {"fit": 0.0, "select": 0.0, "adapt": 0.0}
+
+    def __repr__(self) -> str:
+        directions = ("directions", repr(list(self.directions))) if self.multi else ("direction", repr(self.direction))
+        return reprs.build(self, ("params", str(len(self.space.params))), directions, ("seed", str(self.seed)),
+                           ("observed", str(len(self.observations))), ("pending", str(len(self.pending))),
+                           ("failed", str(len(self.failed)) if self.failed else None))
 
     # ----------------------------------------------------------------- ask
     @property

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from . import reprs
+
 # how ``to_dict`` writes the conformal point sets: as the array, as nested lists (JSON), or not at all
 Points = Literal["array", "list", "none"]
 
@@ -50,6 +52,11 @@ class OutcomePrediction:
     warp: dict[str, Any] | None = None
     points: np.ndarray | None = None
 
+    def __repr__(self) -> str:
+        return reprs.build(self, ("method", repr(self.method)),
+                           ("prediction", f"({reprs.interval(self.mean, self.intervals)})"),
+                           ("points", reprs.value(self.points) if self.points is not None else None))
+
     def to_dict(self, internal: bool = True, points: Points = "array") -> dict[str, Any]:
         out: dict[str, Any] = {"method": self.method, "levels": self.levels, "quantiles": self.quantiles,
                                "mean": self.mean, "intervals": [iv.to_dict() for iv in self.intervals]}
@@ -84,6 +91,13 @@ class Prediction:
     score: float
     constraints: list[OutcomePrediction] | None = None
     feasibility: float | None = None
+
+    def __repr__(self) -> str:
+        first = self.outcomes[0] if len(self.outcomes) == 1 else None
+        return reprs.build(self, ("method", None if first is None else repr(first.method)),
+                           ("prediction", reprs.prediction(self)), ("surrogate", repr(self.surrogate)),
+                           ("acquisition", repr(self.acquisition)), ("fitted_on", str(self.fitted_on)),
+                           ("constraints", None if self.constraints is None else str(len(self.constraints))))
 
     @property
     def parts(self) -> list[OutcomePrediction]:
@@ -169,6 +183,11 @@ class OutcomeRecord:
     quantiles: list[float]
     value: float
 
+    def __repr__(self) -> str:
+        covered = f"{sum(map(bool, self.covered or ()))}/{len(self.covered or ())}"
+        return reprs.build(self, ("method", repr(self.method)), ("value", reprs.value(self.value)),
+                           ("mean", reprs.value(self.mean)), ("covered", covered))
+
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "coverage": self.coverage, "alpha": self.alpha, "covered": self.covered,
                 "lower": self.lower, "upper": self.upper, "width": self.width, "beta": self.beta,
@@ -186,6 +205,13 @@ class CalibrationRecord:
     outcomes: list[OutcomeRecord]
     constraints: list[OutcomeRecord] | None = None
     several: bool = False  # a multi-objective study's record: each objective's under "objectives"
+
+    def __repr__(self) -> str:
+        first = self.outcomes[0] if len(self.outcomes) == 1 else None
+        return reprs.build(self, ("objectives", str(len(self.outcomes)) if first is None else None),
+                           ("value", None if first is None else reprs.value(first.value)),
+                           ("method", None if first is None else repr(first.method)),
+                           ("constraints", None if self.constraints is None else str(len(self.constraints))))
 
     def to_dict(self) -> dict[str, Any]:
         out = {"objectives": [r.to_dict() for r in self.outcomes]} if self.several else self.outcomes[0].to_dict()

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import acquisition as acq
-from . import crowd, multi
+from . import crowd, multi, reprs
 from .config import SEARCH_CONFORMALIZED_FROM, EngineConfig
 from .conformal import pair_alphas, pair_intervals
 from .outcomes import sign_of
@@ -35,6 +35,10 @@ class Suggestion:
 
     params: dict[str, Any]
     prediction: Any = None
+
+    def __repr__(self) -> str:
+        return reprs.build(self, ("params", reprs.params(self.params)),
+                           ("prediction", reprs.prediction(self.prediction)))
 
 
 def _user_view(q_int: np.ndarray, sign: float, warp: Warp) -> np.ndarray:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from . import reprs
 from .conformal import Bounds
 from .space import SearchSpace
 
@@ -52,6 +53,10 @@ class Head:
     sign: float = 1.0
     warp: dict[str, Any] | None = None
     _bounds: Bounds | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        return reprs.build(self, ("kind", repr(self.kind)), ("raw", reprs.value(self.raw)),
+                           ("sign", reprs.value(self.sign)))
 
     def bounds(self, method: str) -> Bounds:
         if self._bounds is None:
@@ -94,6 +99,12 @@ class Snapshot:
     _bounds: Bounds | None = field(default=None, init=False, repr=False, compare=False)
     _keys: list[bytes] | None = field(default=None, init=False, repr=False, compare=False)
     cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)  # select's
+
+    def __repr__(self) -> str:
+        return reprs.build(self, ("n_obs", str(self.n_obs)), ("method", repr(self.method)),
+                           ("surrogate", repr(self.surrogate)), ("candidates", str(tuple(self.candidates.shape))),
+                           ("heads", str(len(self.heads)) if self.heads else None),
+                           ("fit_seconds", reprs.value(self.fit_seconds)))
 
     def candidate_keys(self) -> list[bytes]:
         """``SearchSpace.keys`` of the candidates, computed once per snapshot."""

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import reprs
 from .adapt import adapt_outcome
 from .adaptive import AdaptiveState, new_state, state_from_dict, state_to_dict
 from .conformal import pair_alphas
@@ -42,6 +43,13 @@ class StudyState:
     states: list[AdaptiveState]
     objectives: list[list[AdaptiveState]] = field(default_factory=list)
     constraints: list[list[AdaptiveState]] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        alphas = "[" + ", ".join(reprs.value(float(st.alpha)) for st in self.states) + "]"
+        return reprs.build(self, ("seed", str(self.seed)), ("alphas", alphas),
+                           ("steps", str(self.states[0].steps) if self.states else None),
+                           ("objectives", str(len(self.objectives) + 1) if self.objectives else None),
+                           ("constraints", str(len(self.constraints)) if self.constraints else None))
 
     @classmethod
     def initial(cls, config: Any, seed: int, n_objectives: int = 1, n_constraints: int = 0) -> StudyState:

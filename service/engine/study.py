@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import reprs
 from .config import EngineConfig, migrate
 from .fit import fit
 from .outcomes import sign_of
@@ -36,6 +37,11 @@ class FitResult:
         return cls(snap.n_obs, snap.method, snap.fit_seconds, snap.meta.get("device", "cpu"), snap.to_bytes(),
                    snap.meta.get("device_fallback"))
 
+    def __repr__(self) -> str:
+        return reprs.build(self, ("n_obs", str(self.n_obs)), ("method", repr(self.method)),
+                           ("device", repr(self.device)), ("fit_seconds", reprs.value(self.fit_seconds)),
+                           ("snapshot", f"<{len(self.snapshot)} bytes>"))
+
     def to_dict(self) -> dict[str, Any]:
         out = {"n_obs": self.n_obs, "fit_seconds": self.fit_seconds, "method": self.method, "device": self.device,
                "snapshot": self.snapshot}
@@ -54,6 +60,11 @@ class StudySpec:
     seed: int = 0
     constraints: tuple[str, ...] = ()  # outcome constraint names: feasible when each value <= 0
     removed: dict[str, Any] = field(default_factory=dict)  # removed settings the stored definition named
+
+    def __repr__(self) -> str:
+        return reprs.build(self, ("params", str(len(self.space.params))), ("directions", repr(list(self.directions))),
+                           ("seed", str(self.seed)), ("constraints", reprs.value(list(self.constraints))),
+                           ("config", repr(self.config)))
 
     @classmethod
     def from_definition(cls, d: dict[str, Any]) -> StudySpec:

@@ -51,6 +51,21 @@ class Param:
     # lack it where it is active (those trials do), and is encoded as if it were switched off there
     grown: bool = False
 
+    def short(self) -> str:
+        """The parameter in a few words: ``lr float[0.0001, 1] log``, ``kind categorical(3)``."""
+        def num(v: Any) -> str:
+            return f"{v:g}" if isinstance(v, float) else repr(v)
+
+        name = self.name if len(self.name) <= 30 else self.name[:27] + "..."
+        if self.choices:
+            out = f"{name} {self.type}({len(self.choices)})"
+        else:
+            out = f"{name} {self.type}[{num(self.low)}, {num(self.high)}]" + (" log" if self.log else "")
+        return out + (f" if {self.condition[0]}" if self.condition else "")
+
+    def __repr__(self) -> str:
+        return f"Param({self.short()})"
+
     # ----------------------------------------------------------------- build
     @classmethod
     def from_dict(cls, name: str, d: Any) -> Param:

@@ -51,6 +51,13 @@ class SearchSpace(Conditions, Sampling):
                                       f"every categorical choice (got {space.n_features})")
         return space
 
+    def __repr__(self) -> str:
+        """``SearchSpace(3 params: x float, y float, k categorical(2))``, cut to fit."""
+        listed = ", ".join(p.short() for p in self.params)
+        head = f"{type(self).__name__}({len(self.params)} params: "
+        room = 200 - len(head) - 1
+        return head + (listed if len(listed) <= room else listed[: room - 4] + " ...") + ")"
+
     def to_dict(self) -> dict[str, Any]:
         return {p.name: p.to_dict() for p in self.params}
 
