@@ -190,6 +190,8 @@ class Trial:
     expired: bool = False  # failed by the service after its heartbeat timeout (a late tell is recorded)
     alive: tuple[float, float] | None = None  # (sent, answered) of the request of its last sign of life
     finish_seq: int = 0
+    # enqueued whole with skip_if_exists: an ask drops it once a trial finished with its params
+    skip: bool = False
 
     def view(self) -> dict[str, Any]:
         """The fields of the trial view the model predicts."""
@@ -287,6 +289,12 @@ class Study:
 
     def waiting(self) -> list[Trial]:
         return [t for t in self.trials.values() if t.state == "waiting"]
+
+    def evaluated_since(self) -> list[Trial]:
+        """The waiting trials an ask takes off the queue: enqueued whole with skip_if_exists, whose
+        params a finished trial has (added, or told, after the enqueue)."""
+        done = [t.params for t in self.trials.values() if t.state in FINISHED]
+        return [t for t in self.waiting() if t.skip and t.params in done]
 
     def with_attr(self, key: str, value: str) -> list[int]:
         return [t.id for t in self.trials.values() if isinstance(t.user_attrs.get(key), str)

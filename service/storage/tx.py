@@ -32,8 +32,8 @@ class StudyTx:
              .where(TrialRow.study_id == self.study.id, TrialRow.state == "running"))
         return sorted((RunningTrial(*r) for r in self.session.execute(q)), key=lambda t: t.number)
 
-    def waiting_trials(self, limit: int) -> list[TrialRow]:
-        """The oldest ``limit`` enqueued trials not handed out yet, by number."""
+    def waiting_trials(self, limit: int | None = None) -> list[TrialRow]:
+        """The oldest ``limit`` (None: all) enqueued trials not handed out yet, by number."""
         q = select(TrialRow).where(TrialRow.study_id == self.study.id, TrialRow.state == "waiting")
         return sorted(self.session.scalars(q), key=lambda t: t.number)[:limit]
 

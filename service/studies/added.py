@@ -32,7 +32,9 @@ class AddedTrials:
         """Queue ``params`` (all of a configuration, or some) for the next asks; ``(trial, created)``.
 
         With ``skip_if_exists``, a trial whose parameters already include these values (enqueued,
-        running or finished) is answered instead of a new one.
+        running or finished) is answered instead of a new one; and a complete configuration enqueued
+        so is taken off the queue at the next ask if a trial has finished with it since (added or
+        told: ``asks._queue``).
         """
         raw = params
 
@@ -51,8 +53,11 @@ class AddedTrials:
                 same = tx.trials_with_params(params)
                 if same:
                     return _enqueued_view(same[0]), False
-            (row,) = tx.add_trials([{"params": params, "ukey": sd.space.key(params).hex() if complete else "",
-                                     "origin": "enqueued", "user_attrs": user_attrs}], state="waiting")
+            # the key only with skip_if_exists: an ask drops the waiting trial if its configuration has
+            # finished since (asks._queue); without, the configuration is wanted again whatever happens
+            key = sd.space.key(params).hex() if complete and skip_if_exists else ""
+            (row,) = tx.add_trials([{"params": params, "ukey": key, "origin": "enqueued", "user_attrs": user_attrs}],
+                                   state="waiting")
             return {"id": row["id"], "number": row["number"], "params": params, "state": "waiting",
                     "origin": "enqueued", "user_attrs": user_attrs or {}}, True
 

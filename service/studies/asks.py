@@ -53,7 +53,7 @@ class AskSteps:
         study_id = sd.id
         st = tx.study
         total = sum(c for c, _, _, _ in items)
-        waiting = tx.waiting_trials(total)
+        waiting = self._queue(tx, total)
         fixed = [t for t in waiting if sd.space.complete(t.params)]
         running = tx.running_trials()
         running = tx.fail_stale(running, now() - timedelta(seconds=self.heartbeat_timeout(sd)))
@@ -113,6 +113,20 @@ class AskSteps:
             answers[j].append(trial)
         return [trials or Conflict("every configuration of the space has been tried or is running",
                                    field="count", code="space_exhausted") for trials in answers]
+
+    def _queue(self, tx: StudyTx, total: int) -> list[Any]:
+        """The oldest ``total`` enqueued trials, to hand out first. An enqueue with ``skip_if_exists``
+        leaves its configuration's key on its waiting trial: if a trial has finished with that
+        configuration since (added, or told), the waiting one is taken off the queue instead of being
+        handed out, so the configuration is not evaluated twice (Optuna looks only when enqueueing)."""
+        evaluated = self._finished_keys(tx)
+        out = []
+        for t in tx.waiting_trials():
+            if t.ukey and bytes.fromhex(t.ukey) in evaluated:
+                tx.remove_waiting(t)
+            elif len(out) < total:
+                out.append(t)
+        return out
 
     def _finished_keys(self, tx: StudyTx) -> set[bytes]:
         """Keys of the study's finished trials, read incrementally by finishing order.
