@@ -53,7 +53,9 @@ def mixed(trial) -> float:
 
 
 def predicted(study) -> list:
-    return [t for t in study.trials if "calibo:prediction:0" in t.system_attrs]
+    from calibo.optuna._sampler import stored
+
+    return [t for t in study.trials if stored(study, t, "prediction") is not None]
 
 
 def test_reproducible_with_a_seed() -> None:
@@ -92,8 +94,11 @@ def test_finds_branin_and_steps_grids() -> None:
 
 
 def test_calibration_state_replays_what_was_told() -> None:
-    from calibo.optuna._sampler import _get
+    from calibo.optuna._sampler import stored
     from calibo.optuna._space import Encoding as _Encoding
+
+    def _get(t, key):
+        return stored(study, t, key)
 
     settings = {"conformalize_from": 8, "split_from": 12}
     sampler = CaliboSampler(seed=3, n_startup_trials=5, settings=settings)
@@ -113,7 +118,7 @@ def test_calibration_state_replays_what_was_told() -> None:
     # the same study read by a fresh sampler (another process, say) rebuilds the same state
     fresh = CaliboSampler(seed=3, n_startup_trials=5, settings=settings)
     space = {"x": optuna.distributions.FloatDistribution(-5, 10), "y": optuna.distributions.FloatDistribution(0, 15)}
-    again = fresh._states(key[:2], _Encoding(space), [t for t in study.trials if t.number in numbers])
+    again = fresh._states(study, key[:2], _Encoding(space), [t for t in study.trials if t.number in numbers])
     assert again == state
     # an enqueued trial whose told configuration differs from the suggestion does not adapt
     fixed = [t for t in study.trials if t.number == 0][0]
@@ -160,7 +165,7 @@ def test_parallel_jobs_on_rdb_storage(tmp_path) -> None:
 def test_multi_objective_studies_model_each_objective() -> None:
     """Two objectives: the engine's EHVI on one calibrated surrogate per objective; its front beats
     the quasi-random design's, and each objective's prediction and calibration state are replayed."""
-    from calibo.optuna._sampler import _get
+    from calibo.optuna._sampler import stored
 
     def two(trial) -> tuple[float, float]:
         x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
@@ -178,13 +183,13 @@ def test_multi_objective_studies_model_each_objective() -> None:
     sobol = optuna.create_study(directions=["minimize", "minimize"], sampler=CaliboSampler(seed=0, n_startup_trials=1000, settings={"conformalize_from": 1000}))
     sobol.optimize(two, n_trials=30)
     assert hv(ours) > hv(sobol)
-    pred = _get(ours.trials[-1], "prediction")["prediction"]["data"]
+    pred = stored(ours, ours.trials[-1], "prediction")["prediction"]["data"]
     assert pred["acquisition"] == "ehvi" and len(pred["objectives"]) == 2
     three = optuna.create_study(directions=["minimize", "maximize", "minimize"],
                                 sampler=CaliboSampler(seed=0, n_startup_trials=5))
     three.optimize(lambda t: (t.suggest_float("x", 0, 1), t.suggest_float("y", 0, 1), t.params["x"] * t.params["y"]),
                    n_trials=8)
-    assert _get(three.trials[-1], "prediction")["prediction"]["data"]["acquisition"] == "parego"
+    assert stored(three, three.trials[-1], "prediction")["prediction"]["data"]["acquisition"] == "parego"
     with pytest.raises(ValueError, match="reference_point"):
         optuna.create_study(directions=["minimize"] * 3, sampler=CaliboSampler(
             settings={"reference_point": [1.0, 1.0]})).optimize(two, n_trials=1, catch=())
@@ -211,9 +216,9 @@ def test_constraints_told_with_set_constraint_are_modelled() -> None:
     study.optimize(objective, n_trials=30)
     preds = [t for t in predicted(study)]
     assert preds
-    from calibo.optuna._sampler import _get
+    from calibo.optuna._sampler import stored
 
-    last = _get(preds[-1], "prediction")["prediction"]["data"]
+    last = stored(study, preds[-1], "prediction")["prediction"]["data"]
     assert 0.0 <= last["feasibility"] <= 1.0 and len(last["constraints"]) == 1
     feasible = [t for t in study.trials if t.constraints["budget"] <= 0]
     late = [t for t in study.trials[8:]]

@@ -24,7 +24,8 @@ from the study at each call.
   and selects with the RUNNING trials as pending configurations: the same
   crowd-aware select the service runs.
 * **Calibration state**: the prediction a configuration was chosen on is stored
-  with the trial (system attributes), and the ACI/DtACI state is the replay of
+  in the study's system attributes, keyed by trial (not the trial's own, so
+  ``trials_dataframe()`` shows none of it), and the ACI/DtACI state is the replay of
   ``adapt`` over the completed trials in the order they finished, so it is
   consistent with what was told whichever process or thread told it. A trial
   whose parameters differ from what was suggested (``enqueue_trial``, fixed
@@ -61,7 +62,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from calibo.engine import EngineConfig, Prediction, SearchSpace, StudyState, fit, select
 from calibo.engine.errors import FieldError
-from calibo.engine.limits import MAX_FEATURES, MAX_PARAMS
+from calibo.engine.limits import MAX_FEATURES, MAX_PARAMS, SETTING_RANGES
 from calibo.engine.multi import resolve as resolve_multi
 from calibo.engine.outcomes import check_directions
 
@@ -75,18 +76,44 @@ _CHUNK = 2045  # longest system-attribute string Optuna's own samplers write (RD
 
 
 # ------------------------------------------------------- system attributes
+# What the sampler keeps per trial (its relative sample, the prediction it was chosen on) lives in the
+# study's system attributes, ``calibo:<key>:<trial id>:<chunk>``: every process sharing the storage
+# reads it, and ``trials_dataframe()``, which shows each trial's own system attributes, shows none of it.
+def _name(key: str, trial_id: int, i: int) -> str:
+    return f"{_KEY}:{key}:{trial_id}:{i}"
+
+
 def _put(study: Study, trial_id: int, key: str, value: Any) -> None:
     text = json.dumps(value, separators=(",", ":"))
     for i in range(0, max(len(text), 1), _CHUNK):
-        study._storage.set_trial_system_attr(trial_id, f"{_KEY}:{key}:{i // _CHUNK}", text[i:i + _CHUNK])
+        study._storage.set_study_system_attr(study._study_id, _name(key, trial_id, i // _CHUNK),
+                                             text[i:i + _CHUNK])
+
+
+def _joined(attrs: dict[str, Any], key: str, trial_id: int) -> Any:
+    """The value ``_put`` stored for ``trial_id`` among the study's system attributes ``attrs``, or None."""
+    parts, i = [], 0
+    while (part := attrs.get(_name(key, trial_id, i))) is not None:
+        parts.append(part)
+        i += 1
+    return json.loads("".join(parts)) if parts else None
 
 
 def _get(trial: FrozenTrial, key: str) -> Any:
+    """What an earlier version kept in the trial's own system attributes (``calibo:<key>:<chunk>``)."""
     parts, i = [], 0
     while (part := trial.system_attrs.get(f"{_KEY}:{key}:{i}")) is not None:
         parts.append(part)
         i += 1
     return json.loads("".join(parts)) if parts else None
+
+
+def stored(study: Study, trial: FrozenTrial, key: str) -> Any:
+    """What the sampler kept for ``trial`` under ``key`` (``relative``, ``prediction``), or None."""
+    legacy = _get(trial, key)
+    if legacy is not None:
+        return legacy
+    return _joined(study._storage.get_study_system_attrs(study._study_id), key, trial._trial_id)
 
 
 def _pack(prediction: Prediction) -> dict[str, Any]:
@@ -127,6 +154,24 @@ def _constraint_keys(complete: list[FrozenTrial]) -> list[str] | None:
     return keys or None
 
 
+def _startup(n_startup_trials: Any, settings: dict[str, Any] | None) -> dict[str, Any]:
+    """The engine settings with Optuna's ``n_startup_trials`` as the engine's ``n_warmup``: any count
+    from 0 (the engine's least, 2, below that: it fits from 4 results on either way); ValueError naming
+    it when it is out of range or disagrees with ``settings["n_warmup"]``."""
+    out = dict(settings or {})
+    if n_startup_trials is None:
+        return out
+    least, most = SETTING_RANGES["n_warmup"]
+    if isinstance(n_startup_trials, bool) or not isinstance(n_startup_trials, int) \
+            or not 0 <= n_startup_trials <= most:
+        raise ValueError(f"n_startup_trials must be an integer in [0, {most}], got {n_startup_trials!r}")
+    if "n_warmup" in out and out["n_warmup"] != n_startup_trials:
+        raise ValueError(f"n_startup_trials={n_startup_trials} and settings n_warmup={out['n_warmup']!r} "
+                         "disagree: both are the number of startup trials, give one of them")
+    out["n_warmup"] = max(n_startup_trials, least)
+    return out
+
+
 # -------------------------------------------------------------------- sampler
 class CaliboSampler(BaseSampler):
     """An Optuna sampler on calibo's engine: conformally calibrated surrogates, ACI/DtACI.
@@ -138,9 +183,11 @@ class CaliboSampler(BaseSampler):
 
     Args:
         seed: makes the suggestion sequence reproducible (given the same results).
-        n_startup_trials: completed trials before the surrogate is used (the engine's
-            ``n_warmup``: ``EngineConfig.warmed_up``); until then the relative parameters follow
-            a scrambled Sobol sequence.
+        n_startup_trials: completed trials before the surrogate is used, as Optuna's samplers
+            name it (the engine's ``n_warmup`` setting: give one of the two, or the same number;
+            ``EngineConfig.warmed_up``); until then the relative parameters follow a scrambled
+            Sobol sequence. Any count from 0 is taken; the surrogate is fitted from 4 results on,
+            so below 4 it takes over at 4.
         surrogate: the engine's surrogate (``qgp`` by default; see ``EngineConfig``).
         acquisition: the engine's acquisition (see ``EngineConfig``).
         settings: any other ``EngineConfig`` setting (``adapter``, ``conformal``, ``n_levels``...).
@@ -176,8 +223,8 @@ class CaliboSampler(BaseSampler):
         token: str | None = None,
         study_name: str | None = None,
     ) -> None:
-        over = {k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition),
-                                  ("n_warmup", n_startup_trials)) if v is not None}
+        settings = _startup(n_startup_trials, settings)
+        over = {k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition)) if v is not None}
         self.config = replace(EngineConfig.from_dict(settings), **over)
         self._seed = int(np.random.SeedSequence(seed).generate_state(1)[0]) if seed is None else int(seed)
         self._independent = independent_sampler or optuna.samplers.RandomSampler(seed=seed)
@@ -192,12 +239,13 @@ class CaliboSampler(BaseSampler):
             if independent_sampler is None:  # processes sharing a seed must not draw the same values
                 self._independent = TrialSeededRandom(seed)
             settings_sent = dict(settings or {})
-            if n_startup_trials is not None:
-                settings_sent["n_warmup"] = n_startup_trials
             self._remote = RemoteBackend(url, token, study_name, seed, {
                 "surrogate": surrogate, "acquisition": acquisition, "settings": settings_sent or None})
         self._fits: dict[tuple[int, str], tuple[tuple, Any]] = {}  # (study, space) -> (observed key, Snapshot)
         self._adapted: dict[tuple, tuple[list[int], StudyState | None]] = {}  # replayed states per study + space
+        # (storage, study, trial, key) -> what was kept for the trial (``_put``): this process's own, and
+        # what it read back of the others' (read once; None kept only where it is final)
+        self._kept: dict[tuple[int, int, int, str], Any] = {}
 
     # ------------------------------------------------------------ Optuna API
     def reseed_rng(self) -> None:
@@ -223,6 +271,10 @@ class CaliboSampler(BaseSampler):
     def sample_relative(self, study: Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if not search_space:
+            if self._remote is None:
+                with self._lock:  # nothing kept for this trial: no process needs to look for it
+                    for key in ("relative", "prediction"):
+                        self._kept[(id(study._storage), study._study_id, trial._trial_id, key)] = None
             return {}
         if self._remote is not None:
             return self._remote.sample_relative(study, trial, search_space, self._conditions(trial, search_space))
@@ -248,11 +300,13 @@ class CaliboSampler(BaseSampler):
                                                            TrialState.FAIL, TrialState.PRUNED),
                                    use_cache=False)
         observations, seen, pending, complete = [], [], [], []
+        relative = self._read(study, [t for t in trials if t.state == TrialState.RUNNING and t.number != trial.number],
+                              "relative", final=False)
         for t in trials:
             if t.number == trial.number:
                 continue
             if t.state == TrialState.RUNNING:
-                p = enc.encode({**(_get(t, "relative") or {}), **t.params})
+                p = enc.encode({**(relative[t._trial_id] or {}), **t.params})
                 if p is not None:
                     pending.append(p)
                 continue
@@ -269,17 +323,16 @@ class CaliboSampler(BaseSampler):
         snap = None
         if cfg.fits(len(observations)):
             snap = self._snapshot((study._study_id, sig), enc.space, observations, pending, directions, cons)
-        state = self._states((study._study_id, sig), enc, complete, keys, len(directions))
+        state = self._states(study, (study._study_id, sig), enc, complete, keys, len(directions))
         out = select(snap, state, enc.space, cfg, count=1, direction=direction,
                      asked=trial.number, exclude=seen, pending=pending, n_observed=len(observations))
         if not out:  # every configuration is observed or running: repeat one, as Optuna's samplers may
             out = select(None, state, enc.space, cfg, count=1, direction=direction, asked=trial.number)
         chosen = out[0]
         params = enc.decode(chosen.params)
-        _put(study, trial._trial_id, "relative", params)
-        if chosen.prediction is not None:
-            _put(study, trial._trial_id, "prediction",
-                 {"space": sig, "params": chosen.params, "prediction": _pack(chosen.prediction)})
+        self._keep(study, trial._trial_id, "relative", params)
+        self._keep(study, trial._trial_id, "prediction", None if chosen.prediction is None else
+                   {"space": sig, "params": chosen.params, "prediction": _pack(chosen.prediction)})
         return params
 
     def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
@@ -311,6 +364,36 @@ class CaliboSampler(BaseSampler):
         self._independent.after_trial(study, trial, state, values)
 
     # ------------------------------------------------------------ internals
+    def _keep(self, study: Study, trial_id: int, key: str, value: Any) -> None:
+        """Keep ``value`` for the trial: in the study's system attributes for every process (None:
+        nothing to write), and in this process's cache."""
+        if value is not None:
+            _put(study, trial_id, key, value)
+        self._kept[(id(study._storage), study._study_id, trial_id, key)] = value
+
+    def _read(self, study: Study, trials: Sequence[FrozenTrial], key: str, final: bool) -> dict[int, Any]:
+        """What was kept for each of ``trials`` under ``key``, by trial id (None: nothing): from this
+        process's cache, a trial's own system attributes (where an earlier version kept it), or the
+        study's system attributes, read once for all the trials missing. ``final``: the trials are
+        finished, so nothing found now will ever be (the sampler keeps its state at the trial's start)."""
+        where = (id(study._storage), study._study_id)
+        out: dict[int, Any] = {}
+        missing = []
+        for t in trials:
+            if (*where, t._trial_id, key) in self._kept:
+                out[t._trial_id] = self._kept[(*where, t._trial_id, key)]
+            elif (legacy := _get(t, key)) is not None:
+                out[t._trial_id] = self._kept[(*where, t._trial_id, key)] = legacy
+            else:
+                missing.append(t)
+        if missing:
+            attrs = study._storage.get_study_system_attrs(study._study_id)
+            for t in missing:
+                out[t._trial_id] = value = _joined(attrs, key, t._trial_id)
+                if value is not None or final:
+                    self._kept[(*where, t._trial_id, key)] = value
+        return out
+
     def _directions(self, study: Study) -> list[str]:
         """The study's directions; a multi-objective study's count is checked against the settings."""
         out = ["minimize" if d == StudyDirection.MINIMIZE else "maximize" for d in study.directions]
@@ -336,7 +419,7 @@ class CaliboSampler(BaseSampler):
         self._fits[key] = (observed, snap)
         return snap
 
-    def _states(self, key: tuple[int, str], enc: Encoding, complete: list[FrozenTrial],
+    def _states(self, study: Study, key: tuple[int, str], enc: Encoding, complete: list[FrozenTrial],
                 constraint_keys: list[str] | None = None, m: int = 1) -> StudyState:
         """ACI/DtACI states (the first objective's; then each further objective's and each
         constraint's, the snapshot heads' order): ``adapt`` replayed over the completed trials in the
@@ -352,8 +435,9 @@ class CaliboSampler(BaseSampler):
         if state is None or numbers[:len(done)] != done:
             done, state = [], StudyState.initial(self.config, self._seed, m, n_cons)
         space = enc.space
+        kept = self._read(study, order[len(done):], "prediction", final=True)
         for t in order[len(done):]:
-            stored = _get(t, "prediction")
+            stored = kept[t._trial_id]
             if stored is None or stored.get("space") != key[1]:
                 continue
             told = enc.encode(t.params)
