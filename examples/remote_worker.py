@@ -18,7 +18,10 @@ i.e. httpx; add scikit-learn for ``--objective digits``)::
         --study branin-demo --trials 30 --workers 4
 
 ``--objective digits`` tunes an SVC or a histogram gradient-boosting classifier
-on scikit-learn's digits by 3-fold cross-validated error. When the server sets
+on scikit-learn's digits by 3-fold cross-validated error, over a conditional
+space: ``model`` picks the classifier, and each trial holds only that
+classifier's parameters (``svc_C`` and ``svc_gamma``, or ``learning_rate``,
+``max_leaf_nodes`` and ``max_iter``). When the server sets
 ``CALIBO_API_TOKENS``, pass ``--token`` (or set ``CALIBO_TOKEN``). Give every
 machine the same ``--study``, ``--objective`` and ``--seed`` (and surrogate /
 acquisition if any): a different definition under the same name is refused
@@ -42,13 +45,17 @@ BRANIN_SPACE: dict[str, Any] = {
     "x2": {"type": "float", "low": 0.0, "high": 15.0},
 }
 
+# Two models, each with its own parameters: a conditional space. A trial holds ``model`` and only the
+# parameters of the model it names (the others are inactive: not asked, not told).
+SVC_ONLY = {"parent": "model", "values": ["svc"]}
+BOOSTING_ONLY = {"parent": "model", "values": ["boosting"]}
 DIGITS_SPACE: dict[str, Any] = {
     "model": {"type": "categorical", "choices": ["svc", "boosting"]},
-    "svc_C": {"type": "float", "low": 1e-2, "high": 1e3, "log": True},
-    "svc_gamma": {"type": "float", "low": 1e-5, "high": 1e-1, "log": True},
-    "learning_rate": {"type": "float", "low": 1e-2, "high": 0.5, "log": True},
-    "max_leaf_nodes": {"type": "int", "low": 8, "high": 64},
-    "max_iter": {"type": "int", "low": 30, "high": 200},
+    "svc_C": {"type": "float", "low": 1e-2, "high": 1e3, "log": True, "condition": SVC_ONLY},
+    "svc_gamma": {"type": "float", "low": 1e-5, "high": 1e-1, "log": True, "condition": SVC_ONLY},
+    "learning_rate": {"type": "float", "low": 1e-2, "high": 0.5, "log": True, "condition": BOOSTING_ONLY},
+    "max_leaf_nodes": {"type": "int", "low": 8, "high": 64, "condition": BOOSTING_ONLY},
+    "max_iter": {"type": "int", "low": 10, "high": 200, "condition": BOOSTING_ONLY},
 }
 
 
