@@ -16,7 +16,6 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from . import _reprs
 from ._optimize import AsyncReporter, Reporter
 from .models import Trial
 
@@ -139,9 +138,6 @@ class SuggestTrial(dict[str, Any]):
 
     def __reduce__(self) -> tuple[Any, ...]:  # copy / pickle: the params, as a plain dict
         return (dict, (dict(self),))
-
-    def __repr__(self) -> str:
-        return _reprs.build(self, ("number", str(self.number)), ("params", _reprs.params(self)))
 
     @property
     def id(self) -> int:

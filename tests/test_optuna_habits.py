@@ -347,7 +347,9 @@ def test_every_user_facing_object_has_a_short_repr(client: Client, live_server: 
     study.optimize(objective, n_trials=1)
     objects.update({"Client": client, "Study": study, "Trial": asked, "Trial (enqueued)": trial,
                     "TrialRecord": record, "ParetoFront": two.pareto(), "CaliboError": error,
-                    "SuggestTrial": seen["SuggestTrial"], **asyncio.run(async_objects())})
+                    **asyncio.run(async_objects())})
+    # SuggestTrial is the params dict an objective gets, and shows as that dict (its own tests hold it)
+    assert repr(seen["SuggestTrial"]) == repr(dict(seen["SuggestTrial"]))
     too_long = {name: len(repr(obj)) for name, obj in objects.items() if len(repr(obj)) > REPR_BOUND}
     assert not too_long, too_long
     # what identifies each one is shown
