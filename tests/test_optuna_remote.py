@@ -1,9 +1,10 @@
 """CaliboSampler's remote mode: Optuna processes on one RDB study share one calibo server.
 
-Four separate processes run unchanged Optuna code (``optuna.load_study(...).optimize``) whose
-only calibo line is ``sampler=CaliboSampler(url=...)``; the server suggests every modelled
-trial, fits once per result at most, and the processes fit nothing (the engine's fit and
-select are made to raise in them).
+Separate processes run unchanged Optuna code (``optuna.load_study(...).optimize``) whose only
+calibo line is ``sampler=CaliboSampler(url=...)``; the server suggests every modelled trial, fits
+once per result at most, and the processes fit nothing (the engine's fit and select are made to
+raise in them). One Optuna study is one server study, named after it, whose space grows as the
+define-by-run objective reveals parameters.
 """
 
 from __future__ import annotations
@@ -51,10 +52,10 @@ WORKER = textwrap.dedent('''
 ''')
 
 
-def _server_trials(url: str, prefix: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _server_trials(url: str, name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The views of the server's studies named ``name`` (the listing's name filter) and their trials."""
     with httpx.Client(base_url=url, timeout=30) as c:
-        studies = [s for s in c.get("/v1/studies", params={"limit": 1000}).json()["studies"]
-                   if s["name"].startswith(prefix)]
+        studies = c.get("/v1/studies", params={"limit": 1000, "name": name}).json()["studies"]
         trials = []
         for s in studies:
             offset = 0
@@ -93,7 +94,8 @@ def test_four_processes_share_one_server_study(server, tmp_path: Path) -> None: 
     ran = [json.dumps(t.params, sort_keys=True) for t in trials]
     assert len(set(ran)) == len(ran)
 
-    views, told = _server_trials(server.url, "optuna-shared-")
+    views, told = _server_trials(server.url, "shared")
+    assert len(views) == 1  # one server study for the Optuna study, named after it
     by_id = {t["id"]: t for t in told}
     for t in remote:  # every asked trial is told on the server, in its Optuna state, with its value
         stored = json.loads(t.system_attrs["calibo:remote"])
@@ -102,8 +104,8 @@ def test_four_processes_share_one_server_study(server, tmp_path: Path) -> None: 
         assert on_server["state"] == want, (t.number, on_server)
         if t.state == optuna.trial.TrialState.COMPLETE:
             assert on_server["value"] == pytest.approx(t.value)
-    # every completed Optuna trial is on the server's newest study, once (asked there or added)
-    newest = max(views, key=lambda v: v["id"])
+    # every completed Optuna trial is on the server's study, once (asked there or added)
+    newest = views[0]
     numbers = Counter(t["user_attrs"].get("optuna_trial") for t in told
                       if t["study"] == newest["id"] and t["state"] == "complete")
     assert set(numbers) == {t.number for t in trials if t.state.name == "COMPLETE"}
@@ -113,6 +115,98 @@ def test_four_processes_share_one_server_study(server, tmp_path: Path) -> None: 
     fits = newest["surrogate_status"]["snapshot_version"] or 0
     print(f"remote: {len(remote)} asked, {len(set(suggested))} distinct, {results} results, {fits} fits")
     assert 0 < fits <= results
+
+
+DEFINE_BY_RUN = textwrap.dedent('''
+    import sys
+    import optuna
+    import calibo.optuna._sampler as local
+    from calibo.optuna import CaliboSampler
+
+    def refuse(*a, **k):
+        raise AssertionError("the engine ran in a remote-mode worker")
+    local.fit = local.select = refuse
+
+    def objective(trial):
+        model = trial.suggest_categorical("model", ["linear", "tree"])
+        x = trial.suggest_float("x", -2.0, 2.0)
+        loss = (x - 0.5) ** 2
+        if model == "tree":  # revealed once a tree trial has run: the first trials are all linear (seed 2)
+            depth = trial.suggest_int("depth", 1, 8)
+            loss += abs(depth - 3) / 8
+            if depth >= 5:  # deeper still: a parameter of the deep trees only
+                loss += trial.suggest_float("shrink", 1e-3, 1.0, log=True)
+        return loss
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    storage = optuna.storages.RDBStorage(sys.argv[1], engine_kwargs={"connect_args": {"timeout": 60}})
+    study = optuna.load_study(study_name="define-by-run", storage=storage,
+                              sampler=CaliboSampler(url=sys.argv[2], n_startup_trials=4, seed=2))
+    study.optimize(objective, n_trials=int(sys.argv[3]))
+''')
+
+
+def test_a_define_by_run_study_of_two_processes_is_one_server_study_named_after_it(server, tmp_path: Path) -> None:  # noqa: ANN001
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    # the processes' independent draws are seeded per trial: with seed 2, trials 0 to 5 (those drawn before
+    # a trial completes) take the linear branch, so the server study is created without the tree's parameters
+    optuna.create_study(study_name="define-by-run", storage=storage)
+    script = tmp_path / "worker.py"
+    script.write_text(DEFINE_BY_RUN)
+    procs = [subprocess.Popen([sys.executable, str(script), storage, server.url, "15"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(outs)
+
+    trials = optuna.load_study(study_name="define-by-run", storage=storage).trials
+    assert len(trials) == 30 and all(t.state.name == "COMPLETE" for t in trials)
+    assert any("depth" in t.params for t in trials) and any("shrink" in t.params for t in trials)
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        listed = c.get("/v1/studies", params={"limit": 1000}).json()["studies"]
+    views, told = _server_trials(server.url, "define-by-run")
+    # exactly one server study for the Optuna study, with its name (none other made for it)
+    assert len(views) == 1 and [s["id"] for s in listed if "define-by-run" in s["name"]] == [views[0]["id"]]
+    view = views[0]
+    sid = view["id"]
+    assert view["user_attrs"].get("optuna_study") == "define-by-run"
+    # every Optuna trial the server suggested was asked on that study
+    remote = [t for t in trials if "calibo:remote" in t.system_attrs]
+    assert remote and {json.loads(t.system_attrs["calibo:remote"])["study"] for t in remote} == {sid}
+    # it holds every trial: each completed Optuna trial once, as complete (asked there, or added)
+    numbers = Counter(t["user_attrs"].get("optuna_trial") for t in told if t["state"] == "complete")
+    assert set(numbers) == {t.number for t in trials} and max(numbers.values()) == 1
+    # its space grew as the objective revealed the tree's parameters: the trials told before keep theirs
+    space = view["space"]
+    assert {"model", "x", "depth"} <= set(space) and space["depth"].get("grown") is True, space
+    from calibo.engine import SearchSpace
+
+    grown = SearchSpace.from_dict(space)
+    for t in told:
+        assert grown.validate(t["params"]) == t["params"]
+
+
+def test_a_server_study_of_that_name_is_grown_when_it_can_be_and_a_clash_is_a_clear_error(server) -> None:  # noqa: ANN001
+    from conftest import unique
+
+    name = unique("reuse")
+    first = optuna.create_study(study_name=name, sampler=CaliboSampler(url=server.url, n_startup_trials=2, seed=0))
+    first.optimize(lambda t: t.suggest_float("x", 0.0, 1.0) + t.suggest_int("n", 1, 3), n_trials=4)
+    # another Optuna study of the same name (another storage) whose range is wider: the same server study, grown
+    wider = optuna.create_study(study_name=name, sampler=CaliboSampler(url=server.url, n_startup_trials=2, seed=0))
+    wider.optimize(lambda t: t.suggest_float("x", 0.0, 2.0) + t.suggest_int("n", 1, 3), n_trials=3)
+    views, told = _server_trials(server.url, name)
+    assert len(views) == 1 and views[0]["space"]["x"]["high"] == 2.0 and len(told) >= 6
+    # one whose range is narrower cannot be that study's: a ValueError naming the parameter, and the way out
+    narrow = optuna.create_study(study_name=name, sampler=CaliboSampler(url=server.url, n_startup_trials=2, seed=0))
+    narrow.optimize(lambda t: t.suggest_float("x", 0.0, 0.5) + t.suggest_int("n", 1, 3), n_trials=1)
+    with pytest.raises(ValueError, match="'x'.*study_name"):
+        narrow.optimize(lambda t: t.suggest_float("x", 0.0, 0.5) + t.suggest_int("n", 1, 3), n_trials=1)
+    # study_name= gives it a server study of its own
+    own = optuna.create_study(study_name=name, sampler=CaliboSampler(url=server.url, n_startup_trials=2, seed=0,
+                                                                     study_name=f"{name}-narrow"))
+    own.optimize(lambda t: t.suggest_float("x", 0.0, 0.5) + t.suggest_int("n", 1, 3), n_trials=3)
+    views, _ = _server_trials(server.url, f"{name}-narrow")
+    assert len(views) == 1 and views[0]["space"]["x"]["high"] == 0.5
 
 
 def test_enqueued_and_failed_trials_reach_the_server_as_they_ran(server, tmp_path: Path) -> None:  # noqa: ANN001
@@ -130,9 +224,8 @@ def test_enqueued_and_failed_trials_reach_the_server_as_they_ran(server, tmp_pat
     study.optimize(objective, n_trials=6)
     study.enqueue_trial({"x": 0.25, "y": 3})
     study.optimize(objective, n_trials=4, catch=(ValueError,))
-    _, told = _server_trials(server.url, "enq-")
-    newest = max(t["study"] for t in told)
-    on = [t for t in told if t["study"] == newest]
+    views, on = _server_trials(server.url, "enq")  # study_name= names the server's study
+    assert len(views) == 1
     enqueued = [t for t in on if t["params"] == {"x": 0.25, "y": 3} and t["state"] == "complete"]
     assert len(enqueued) == 1 and enqueued[0]["value"] == pytest.approx(3.25)
     assert any(t["state"] == "failed" and t["user_attrs"].get("optuna_trial") == 7 for t in on)
@@ -140,9 +233,9 @@ def test_enqueued_and_failed_trials_reach_the_server_as_they_ran(server, tmp_pat
     again = optuna.load_study(study_name="enq", storage=storage,
                               sampler=CaliboSampler(url=server.url, n_startup_trials=3, seed=0, study_name="enq"))
     again.optimize(objective, n_trials=3)
-    _, after = _server_trials(server.url, "enq-")
-    assert max(t["study"] for t in after) == newest
-    assert len([t for t in after if t["study"] == newest]) == len(on) + 3
+    views_after, after = _server_trials(server.url, "enq")
+    assert [v["id"] for v in views_after] == [views[0]["id"]]
+    assert len(after) == len(on) + 3
 
 
 def test_a_server_that_refuses_the_token_is_a_clear_error(tmp_path: Path) -> None:

@@ -6,32 +6,48 @@ each trial's relative parameters to one calibo server, so every worker shares on
 (fitted once per result, on the server's workers), one ACI/DtACI calibration state and the
 crowd-aware select (a trial asked by any process is pending for every other).
 
-* **The server's study**: for each learned space (``_space.learn_space``: the parameters of the
-  completed trials, with their conditions), a calibo study named after the Optuna study and the
-  space's signature, created idempotently by whichever process needs it first, with the real
-  parameter names. A categorical keeps its choices; a stepped float or int is the index of its
-  grid; the engine settings given to the sampler are the study's settings, and its seed mixed with
-  the space's signature is the study's seed (a new space's warm-start points are not the old ones).
+* **One server study per Optuna study**, named after it (``study_name=`` names it otherwise; a name
+  longer than the server takes is cut and suffixed with a hash of the whole). The first process that
+  needs it finds it by name, or creates it with the space learned so far (``_space.learn_space``:
+  the parameters of the completed trials, with their conditions), the real parameter names, the
+  Optuna study's direction(s) and the sampler's seed and engine settings; a study of that name that
+  already exists is used as it is (its settings), if its direction(s) are the Optuna study's.
+* **Its space grows** (``PATCH /v1/studies/{study}/space``) as the define-by-run study reveals
+  parameters: a parameter learned that the server's study lacks is added, with its learned
+  condition; a categorical's new choices, a wider range and a condition's new parent values grow the
+  server's parameter. The trials told before keep their values, the new parameter inactive for them.
+  What the server holds otherwise stays as it is (a parameter learned conditional later that the
+  server holds unconditionally: the server's suggestion of it is unused where the objective does not
+  ask for it). A parameter whose Optuna distribution the server's cannot become by growth (another
+  type or scale, a narrower range, fewer choices: a study name reused by another Optuna study) is a
+  ``ValueError`` naming it. A categorical keeps its choices; a stepped float or int is the index of
+  its grid (a reused name with another grid of the same size is not detected).
 * **Independent draws** (the first trials, parameters no completed trial holds yet): seeded per
   Optuna trial and parameter (``TrialSeededRandom``), so processes sharing a seed draw distinct
   values, unless the sampler was given its own ``independent_sampler``.
-* **Ask**: one trial per Optuna trial, with the Idempotency-Key ``optuna-<trial number>`` (a
+* **Ask**: one trial per Optuna trial, with the Idempotency-Key ``optuna-<run>-<trial number>`` (a
   restarted process asking again for the same trial gets the same suggestion) and the Optuna
-  trial number in its ``user_attrs`` (``optuna_trial``). The server's trial id is kept in the
-  Optuna trial's system attributes: the only mapping, in Optuna's storage.
+  trial number and run in its ``user_attrs`` (``optuna_trial``, ``optuna_run``). The run names
+  the Optuna study in its storage (a hash of its trial 0's id and start), so that two Optuna
+  studies of one name (two storages) using one server study keep their trials apart. The server's trial id is kept in the
+  Optuna trial's system attributes: the only mapping, in Optuna's storage. Of the server's
+  parameters, those in the trial's relative search space are its relative sample.
 * **Tell** (``after_trial``): complete with its value(s), failed, or pruned with its last
-  intermediate value. A trial whose final parameters are not what the server suggested (an
-  enqueued trial, fixed parameters) is told failed there and its result added as an added trial
-  (it counts in the fit, never in the calibration).
-* **History**: the completed trials a new server study does not hold yet (those before it
-  existed, under an earlier space, or sampled independently) are added the first time a process
-  sees that study, each by the process that ran it (the Optuna trial's ``calibo:worker``
-  attribute), and only when the server lacks its Optuna trial number: so each once. Trials no
-  process of this mode ran (an earlier sampler's) are added by every process that finds them
-  missing, so several processes meeting a new server study at once may add such a trial twice;
-  the trials of a process that was restarted (a new pid) are not added to later server studies.
+  intermediate value. A trial that ran a suggested parameter with another value (an enqueued
+  trial, fixed parameters) is told failed there and its result added as an added trial (it counts
+  in the fit, never in the calibration); a suggested parameter the objective did not ask for
+  changes nothing.
+* **History**: the completed trials the server's study does not hold (those before a relative
+  space existed, or sampled independently) are added the first time a process meets the study,
+  each by the process that ran it (the Optuna trial's ``calibo:worker`` attribute), and only when
+  the server lacks its Optuna trial number (of this run): so each once. A trial is added with the parameters
+  the server's study has, as a configuration of its space (a parameter added later is inactive
+  for it), or not at all. Trials no process of this mode ran (an earlier sampler's) are added by
+  every process that finds them missing, so several processes meeting the study at once may add
+  such a trial twice.
 
-No engine code runs in the worker processes in this mode: no fit, no select, no adapt.
+No engine fit or select runs in the worker processes in this mode (the engine's space only checks
+configurations).
 """
 
 from __future__ import annotations
@@ -43,66 +59,95 @@ import os
 import socket
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.samplers import RandomSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from calibo import Client
-from calibo.errors import CaliboError
+from calibo.engine import SearchSpace
+from calibo.engine.errors import FieldError
+from calibo.engine.space import Param
+from calibo.engine.space.params import choice_key
+from calibo.errors import CaliboError, Conflict, InvalidRequest, NotFound
 
-from ._space import Encoding, signature
+from ._space import Encoding
 
 __all__ = ["RemoteBackend", "TrialSeededRandom"]
 
-_ATTR = "calibo:remote"  # the Optuna trial's system attribute: {"study", "trial", "params"}
+_ATTR = "calibo:remote"  # the Optuna trial's system attribute: {"study", "trial", "params", "server"}
 _OWNER = "calibo:worker"  # the process (host-pid) that ran the Optuna trial
-_NAME_LIMIT = 200  # calibo's study-name bound leaves room; Optuna names can be longer
+_NAME_LIMIT = 255  # the server's longest study name
+_CUT = 200  # a longer Optuna study name: its first _CUT characters, "-", a hash of the whole
 
 
-class _Wire:
-    """A learned space as the server's space (real names) and the values both ways."""
+class _Codec:
+    """One Optuna distribution as a calibo parameter, and its values both ways."""
 
-    def __init__(self, distributions: dict[str, BaseDistribution],
-                 conditions: dict[str, tuple[str, list[Any]]]) -> None:
-        self.enc = Encoding(distributions, conditions)
-        self.index = {n: i for i, n in enumerate(self.enc.names)}
-        self.spec: dict[str, dict[str, Any]] = {}
-        params = {q.name: q for q in self.enc.space.params}
-        for i, (name, d) in enumerate(zip(self.enc.names, self.enc.dists, strict=True)):
-            item = params[f"p{i}"].to_dict()
-            item.pop("condition", None)
-            if isinstance(d, CategoricalDistribution):
-                item["choices"] = list(d.choices)
-            if name in self.enc.conditions:
-                parent, values = self.enc.conditions[name]
-                item["condition"] = {"parent": parent,
-                                     "values": [self._out(parent, self.enc._one(self._dist(parent), v))
-                                                for v in values]}
-            self.spec[name] = item
+    def __init__(self, d: BaseDistribution) -> None:
+        self.d = d
+        self.stepped = Encoding._stepped(d)
 
-    def _dist(self, name: str) -> BaseDistribution:
-        return self.enc.dists[self.index[name]]
+    def spec(self) -> dict[str, Any]:
+        d = self.d
+        if isinstance(d, CategoricalDistribution):
+            return {"type": "categorical", "choices": list(d.choices)}
+        if self.stepped:
+            return {"type": "int", "low": 0, "high": Encoding._steps(d)}
+        if isinstance(d, IntDistribution):
+            return {"type": "int", "low": int(d.low), "high": int(d.high), "log": bool(d.log)}
+        return {"type": "float", "low": float(d.low), "high": float(d.high), "log": bool(d.log)}
 
-    def _out(self, name: str, x: Any) -> Any:
-        d = self._dist(name)
-        return d.choices[int(x)] if isinstance(d, CategoricalDistribution) else x
+    def out(self, v: Any) -> Any:
+        """An Optuna value as the server's (ValueError/TypeError when it is not one of this distribution)."""
+        d = self.d
+        if isinstance(d, CategoricalDistribution):
+            return d.choices[self._index(v)]
+        if self.stepped:
+            x = int(round((float(v) - d.low) / d.step))
+            if not 0 <= x <= Encoding._steps(d):
+                raise ValueError(v)
+            return x
+        return int(v) if isinstance(d, IntDistribution) else float(v)
 
-    def to_wire(self, params: dict[str, Any]) -> dict[str, Any] | None:
-        """An Optuna trial's parameters as the server's values (None: not a configuration)."""
-        coded = self.enc.encode(params)
-        if coded is None:
-            return None
-        return {self.enc.names[int(k[1:])]: self._out(self.enc.names[int(k[1:])], v) for k, v in coded.items()}
+    def back(self, x: Any) -> Any:
+        """A server value as this distribution's Optuna value (ValueError when it holds none such)."""
+        d = self.d
+        if isinstance(d, CategoricalDistribution):
+            return d.choices[self._index(x)]
+        if isinstance(d, IntDistribution):
+            v = int(d.low + int(x) * d.step) if self.stepped else int(x)
+        elif self.stepped:
+            v = float(min(d.low + int(x) * d.step, d.high))
+        else:
+            v = float(min(max(float(x), d.low), d.high))
+        if not d.low <= v <= d.high:  # type: ignore[union-attr]
+            raise ValueError(x)
+        return v
 
-    def from_wire(self, values: dict[str, Any]) -> dict[str, Any]:
-        coded = {}
-        for name, v in values.items():
-            d = self._dist(name)
-            coded[f"p{self.index[name]}"] = d.to_internal_repr(v) if isinstance(d, CategoricalDistribution) else v
-        return self.enc.decode(coded)
+    def _index(self, v: Any) -> int:
+        key = choice_key(v)
+        for i, c in enumerate(self.d.choices):  # type: ignore[attr-defined]
+            if key is not None and choice_key(c) == key:
+                return i
+        raise ValueError(v)
+
+
+def _canonical(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A parameter's definition as the server stores it, without its condition and growth mark."""
+    return Param.from_dict(name, {k: v for k, v in spec.items() if k not in ("condition", "grown")}).to_dict()
+
+
+@dataclass
+class _Server:
+    """The server's study of an Optuna study, as this process last read it."""
+
+    id: int
+    name: str
+    space: SearchSpace
 
 
 class TrialSeededRandom(RandomSampler):
@@ -139,6 +184,15 @@ def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+def server_study_name(optuna_name: str, given: str | None = None) -> str:
+    """The name of the server's study for the Optuna study ``optuna_name`` (``given``: the sampler's
+    ``study_name``): the name itself, or, past the server's bound, its first characters and a hash."""
+    name = given or optuna_name
+    if len(name) <= _NAME_LIMIT:
+        return name
+    return f"{name[:_CUT]}-{hashlib.sha1(name.encode()).hexdigest()[:10]}"
+
+
 class RemoteBackend:
     """What ``CaliboSampler(url=...)`` does instead of fitting: see the module docstring."""
 
@@ -149,45 +203,143 @@ class RemoteBackend:
         self.seed = seed
         self.create = create  # surrogate, acquisition, settings for the server's study
         self.worker = f"{socket.gethostname()}-{os.getpid()}"
-        self._lock = threading.Lock()
-        self._studies: dict[str, int] = {}  # server study name -> id, those this process has synced
-        self._wires: dict[int, _Wire] = {}  # server study id -> its space
-        self._latest: dict[str, int] = {}  # Optuna study name -> the server study last asked
+        self._lock = threading.RLock()  # one process meets (and grows) a server study once at a time
+        self._known: dict[str, _Server] = {}  # Optuna study name -> its server study, met and synced
+        self._runs: dict[tuple[int, int], str] = {}  # (storage, Optuna study id) -> its run
+
+    def _run(self, study: Study) -> str:
+        """The Optuna study's run: a hash of its trial 0's id and start, the same in every process."""
+        key = (id(study._storage), study._study_id)
+        run = self._runs.get(key)
+        if run is None:
+            t0 = study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(study._study_id, 0))
+            start = t0.datetime_start.isoformat() if t0.datetime_start is not None else ""
+            run = hashlib.sha1(f"{t0._trial_id}-{start}".encode()).hexdigest()[:12]
+            self._runs[key] = run
+        return run
 
     # ------------------------------------------------------------ server study
-    def _name(self, study: Study, sig: str) -> str:
-        base = self.study_name or f"optuna-{study.study_name}"
-        return f"{base[:_NAME_LIMIT]}-{hashlib.sha1(sig.encode()).hexdigest()[:10]}"
-
-    def _study(self, study: Study, wire: _Wire, sig: str) -> int:
-        name = self._name(study, sig)
+    def _server(self, study: Study, search_space: dict[str, BaseDistribution],
+                conditions: dict[str, tuple[str, list[Any]]]) -> _Server:
+        """The Optuna study's server study, its space grown to hold ``search_space``."""
         with self._lock:
-            if name in self._studies:
-                return self._studies[name]
+            srv = self._known.get(study.study_name)
+            first = srv is None
+            if srv is None:
+                srv = self._find_or_create(study, search_space, conditions)
+            for attempt in range(3):
+                changes = self._growth(study, srv, search_space, conditions)
+                if not changes:
+                    break
+                try:
+                    srv = _Server(srv.id, srv.name, SearchSpace.from_dict(self.client.grow_space(srv.id, changes).space))
+                    break
+                except InvalidRequest:
+                    if attempt == 2:
+                        raise
+                    # another process grew it meanwhile (a parameter it learned with another condition):
+                    # what the server holds now decides
+                    srv = _Server(srv.id, srv.name, SearchSpace.from_dict(self.client.get_study(srv.id)["space"]))
+            if first:
+                self._sync_history(study, srv)
+            self._known[study.study_name] = srv
+            return srv
+
+    def _find_or_create(self, study: Study, search_space: dict[str, BaseDistribution],
+                        conditions: dict[str, tuple[str, list[Any]]]) -> _Server:
+        name = server_study_name(study.study_name, self.study_name)
         directions = ["minimize" if d.name == "MINIMIZE" else "maximize" for d in study.directions]
-        kw: dict[str, Any] = {k: v for k, v in self.create.items() if v is not None}
-        if len(directions) > 1:
-            kw["directions"] = directions
-        else:
-            kw["direction"] = directions[0]
-        # a seed of its own per space: a new server study's warm-start sequence must not replay the
-        # points the previous space's study already handed out
-        seed = None if self.seed is None else int(hashlib.sha1(f"{self.seed}-{sig}".encode()).hexdigest()[:7], 16)
-        view = self.client.create_study(name, wire.spec, seed=seed, **kw, user_attrs={
-            "optuna_study": study.study_name}).view
-        sid = int(view["id"])
-        self._sync_history(study, sid, wire)
-        with self._lock:
-            self._studies[name] = sid
-            self._wires[sid] = wire
-        return sid
+        try:
+            view = self.client.load_study(name, by="name").view
+        except NotFound:
+            kw: dict[str, Any] = {k: v for k, v in self.create.items() if v is not None}
+            if len(directions) > 1:
+                kw["directions"] = directions
+            else:
+                kw["direction"] = directions[0]
+            try:
+                view = self.client.create_study(name, self._spec(search_space, conditions), seed=self.seed, **kw,
+                                                user_attrs={"optuna_study": study.study_name}).view
+            except Conflict:  # another process created it first (with the space it had learned)
+                view = self.client.load_study(name, by="name").view
+        have = view.get("directions") or [view["direction"]]
+        if have != directions:
+            raise ValueError(f"CaliboSampler: the calibo study {name!r} optimizes {have}, the Optuna study "
+                             f"{study.study_name!r} {directions}: give the sampler another study_name")
+        return _Server(int(view["id"]), name, SearchSpace.from_dict(view["space"]))
 
-    def _sync_history(self, study: Study, sid: int, wire: _Wire) -> None:
+    @staticmethod
+    def _condition(name: str, search_space: dict[str, BaseDistribution],
+                   conditions: dict[str, tuple[str, list[Any]]]) -> dict[str, Any] | None:
+        """``name``'s learned condition in the server's values, or None."""
+        if name not in conditions or conditions[name][0] not in search_space:
+            return None
+        parent, values = conditions[name]
+        codec = _Codec(search_space[parent])
+        return {"parent": parent, "values": [codec.out(v) for v in values]}
+
+    def _spec(self, search_space: dict[str, BaseDistribution],
+              conditions: dict[str, tuple[str, list[Any]]]) -> dict[str, Any]:
+        """A learned space as the server's space (real names, learned conditions)."""
+        out = {}
+        for name in sorted(search_space):
+            out[name] = _Codec(search_space[name]).spec()
+            cond = self._condition(name, search_space, conditions)
+            if cond is not None:
+                out[name]["condition"] = cond
+        return out
+
+    def _growth(self, study: Study, srv: _Server, search_space: dict[str, BaseDistribution],
+                conditions: dict[str, tuple[str, list[Any]]]) -> dict[str, Any]:
+        """What the server's space needs to hold ``search_space`` (``{}``: nothing); ValueError for a
+        parameter it cannot hold."""
+        have = srv.space.to_dict()
+        changes: dict[str, Any] = {}
+        for name in sorted(search_space):
+            want = _Codec(search_space[name]).spec()
+            cond = self._condition(name, search_space, conditions)
+            if name not in have:
+                changes[name] = want if cond is None else {**want, "condition": cond}
+                continue
+            old = have[name]
+            grown = dict(want)
+            if "condition" in old:
+                grown["condition"] = old["condition"]
+                if cond is not None and cond["parent"] == old["condition"]["parent"]:
+                    known = {choice_key(v) for v in old["condition"]["values"]}
+                    more = [v for v in cond["values"] if choice_key(v) not in known]
+                    if more:  # the learned condition holds under more parent values
+                        grown["condition"] = {"parent": cond["parent"], "values": [*old["condition"]["values"], *more]}
+            same = _canonical(name, want) == _canonical(name, old) and grown.get("condition") == old.get("condition")
+            if same:
+                continue
+            try:
+                after = srv.space.grow({name: grown})
+            except FieldError as e:
+                raise ValueError(
+                    f"CaliboSampler: the parameter {name!r} is {search_space[name]!r} in the Optuna study "
+                    f"{study.study_name!r}, which the calibo study {srv.name!r} cannot hold ({e.field}: {e.message}). "
+                    "The server study is named after the Optuna study: give the sampler another study_name for "
+                    "another search space") from None
+            if after != srv.space:
+                changes[name] = grown
+        return changes
+
+    def _space(self, sid: int) -> SearchSpace:
+        """The space of the server's study ``sid`` (as met, or read now)."""
+        for srv in self._known.values():
+            if srv.id == sid:
+                return srv.space
+        return SearchSpace.from_dict(self.client.get_study(sid)["space"])
+
+    def _sync_history(self, study: Study, srv: _Server) -> None:
         """Add the finished Optuna trials the server's study lacks (by Optuna trial number)."""
+        run = self._run(study)
         held = set()
-        for t in self.client.iter_trials(sid, page_size=1000):
-            n = (t.get("user_attrs") or {}).get("optuna_trial")
-            if n is not None and t.get("state") in ("complete", "pruned"):
+        for t in self.client.iter_trials(srv.id, page_size=1000):
+            attrs = t.get("user_attrs") or {}
+            n = attrs.get("optuna_trial")
+            if n is not None and attrs.get("optuna_run") == run and t.get("state") in ("complete", "pruned"):
                 held.add(int(n))
         rows = []
         for t in study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED),
@@ -195,20 +347,42 @@ class RemoteBackend:
             owner = t.system_attrs.get(_OWNER)
             if t.number in held or owner not in (None, self.worker):
                 continue  # on the server already, or another process's to add
-            row = self._row(t, wire, t.state, t.values)
+            row = self._row(t, srv.space, t.state, t.values, run)
             if row is not None:
                 rows.append(row)
         if rows:
-            self.client.add_trials(sid, rows)
+            self.client.add_trials(srv.id, rows)
 
-    def _row(self, t: FrozenTrial, wire: _Wire, state: TrialState,
-             values: Sequence[float] | None) -> dict[str, Any] | None:
+    @staticmethod
+    def _params(t: FrozenTrial, space: SearchSpace) -> dict[str, Any] | None:
+        """An Optuna trial's parameters as a configuration of the server's ``space`` (those it has,
+        active under its conditions; a grown one may be absent), or None when they are not one."""
+        have = {p.name: p for p in space.params}
+        params = {}
+        for name, v in t.params.items():
+            if name not in have or name not in t.distributions:
+                continue
+            codec = _Codec(t.distributions[name])
+            if codec.stepped and _canonical(name, codec.spec()) != _canonical(name, have[name].to_dict()):
+                continue  # another grid: its index is not the server's
+            try:
+                params[name] = codec.out(v)
+            except (ValueError, TypeError):
+                continue
+        active = set(space.active_names(params))
+        try:
+            return space.validate({k: v for k, v in params.items() if k in active})
+        except FieldError:
+            return None
+
+    def _row(self, t: FrozenTrial, space: SearchSpace, state: TrialState,
+             values: Sequence[float] | None, run: str) -> dict[str, Any] | None:
         """An Optuna trial as an added trial of the server's study (None: nothing to add)."""
-        params = wire.to_wire(t.params)
+        params = self._params(t, space)
         value = _value_of(t, state, values)
         if params is None or value is None:
             return None
-        row: dict[str, Any] = {"params": params, "user_attrs": {"optuna_trial": t.number}}
+        row: dict[str, Any] = {"params": params, "user_attrs": {"optuna_trial": t.number, "optuna_run": run}}
         if state == TrialState.PRUNED:
             row["state"] = "pruned"
         if isinstance(value, list):
@@ -221,11 +395,11 @@ class RemoteBackend:
             row["value"] = value
         return row
 
-    def _add(self, sid: int, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None) -> None:
+    def _add(self, study: Study, sid: int, trial: FrozenTrial, state: TrialState,
+             values: Sequence[float] | None) -> None:
         """A finished trial the server did not suggest, as an added trial of study ``sid``."""
-        wire = self._wires.get(sid)
-        row = None if wire is None else self._row(trial, wire, state, values)
-        if row is not None:  # else (not a configuration of that space) the next history sync may
+        row = self._row(trial, self._space(sid), state, values, self._run(study))
+        if row is not None:  # else (not a configuration of that space) it is left out
             self.client.add_trials(sid, [row])
 
     # ------------------------------------------------------------ Optuna hooks
@@ -234,36 +408,52 @@ class RemoteBackend:
 
     def sample_relative(self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution],
                         conditions: dict[str, tuple[str, list[Any]]]) -> dict[str, Any]:
-        wire = _Wire(search_space, conditions)
-        sig = signature(search_space, wire.enc.conditions)
-        sid = self._study(study, wire, sig)
-        self._latest[study.study_name] = sid
-        asked = self.client.ask(sid, 1, self.worker, f"optuna-{trial.number}",
-                                user_attrs={"optuna_trial": trial.number})[0]
-        params = wire.from_wire(asked.params)
+        srv = self._server(study, search_space, conditions)
+        run = self._run(study)
+        asked = self.client.ask(srv.id, 1, self.worker, f"optuna-{run}-{trial.number}",
+                                user_attrs={"optuna_trial": trial.number, "optuna_run": run})[0]
+        params = {}
+        for name, x in asked.params.items():
+            if name in search_space:  # the rest: not in this trial's relative space (see the docstring)
+                try:
+                    params[name] = _Codec(search_space[name]).back(x)
+                except (ValueError, TypeError):
+                    continue  # the server's study holds more than the Optuna distribution: drawn independently
         study._storage.set_trial_system_attr(trial._trial_id, _ATTR, json.dumps(
-            {"study": sid, "trial": asked.id, "params": params}))
+            {"study": srv.id, "trial": asked.id, "params": params, "server": asked.params}))
         return params
+
+    @staticmethod
+    def _ran_as_suggested(trial: FrozenTrial, suggested: dict[str, Any]) -> bool:
+        """Whether every suggested parameter the objective asked for has the suggested value (one it
+        did not ask for changes nothing)."""
+        for name, x in suggested.items():
+            if name not in trial.params:
+                continue
+            try:
+                told = _Codec(trial.distributions[name]).out(trial.params[name])
+            except (KeyError, ValueError, TypeError):
+                return False
+            if _key(told) != _key(x):
+                return False
+        return True
 
     def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
                     values: Sequence[float] | None) -> None:
         stored = trial.system_attrs.get(_ATTR)
         if stored is None:  # never asked from the server (all its parameters fixed, or independent)
-            sid = self._latest.get(study.study_name)
-            if sid is not None:  # else the next server study's history sync adds it
-                self._add(sid, trial, state, values)
+            srv = self._known.get(study.study_name)
+            if srv is not None:  # else the history sync of the first process to meet the study adds it
+                self._add(study, srv.id, trial, state, values)
             return
         stored = json.loads(stored)
         sid, tid = int(stored["study"]), int(stored["trial"])
-        # a suggested parameter the objective did not use does not change the result (it is told as
-        # suggested); one it used with another value (enqueued, fixed) does
-        same = all(n not in trial.params or _key(trial.params[n]) == _key(v) for n, v in stored["params"].items())
         value = _value_of(trial, state, values)
         try:
-            if not same:
+            if not self._ran_as_suggested(trial, stored.get("server", {})):
                 self.client.tell(sid, tid, state="failed", user_attrs={
                     "fail_reason": "the Optuna trial ran other parameters than suggested; added as told"})
-                self._add(sid, trial, state, values)
+                self._add(study, sid, trial, state, values)
                 return
             if state == TrialState.COMPLETE and value is not None:
                 self.client.tell(sid, tid, value)

@@ -200,8 +200,10 @@ class CaliboSampler(BaseSampler):
             parameters are asked from the server and its result told there, so Optuna workers in
             many processes and machines (RDB storage) share one surrogate fitted once per result,
             one calibration state and the crowd-aware select; nothing is fitted in the process.
+            One Optuna study is one server study, whose space grows as the study reveals parameters.
         token: the server's API token (default ``$CALIBO_TOKEN``).
-        study_name: the server study's name prefix (default ``optuna-<Optuna study name>``).
+        study_name: the server study's name (default: the Optuna study's name; give one when
+            several Optuna storages with the same study names use one server).
 
     A multi-objective study (``optuna.create_study(directions=[...])``, 2 to 4 objectives) gets
     one calibrated surrogate per objective and the engine's multi-objective acquisition (EHVI for
