@@ -102,8 +102,8 @@ def run_cell(mode: str, task: str, seed: int, url: str | None, tmp: Path) -> dic
                            "worker_fits": sum(s["fits"] for s in spent),
                            "worker_fit_cpu_seconds": sum(s["cpu"] for s in spent)}
     if mode == "remote":
-        studies = [s for s in httpx.get(f"{url}/v1/studies", params={"limit": 1000}).json()["studies"]
-                   if s["name"].startswith(f"bench-{task}-{seed}-")]
+        # one server study per Optuna study, named by study_name= (server_fits: fits of its final space)
+        studies = httpx.get(f"{url}/v1/studies", params={"limit": 1000, "name": f"bench-{task}-{seed}"}).json()["studies"]
         views = [httpx.get(f"{url}/v1/studies/{s['id']}").json() for s in studies]
         suggested = [json.dumps(json.loads(t.system_attrs["calibo:remote"])["params"], sort_keys=True)
                      for t in trials if "calibo:remote" in t.system_attrs]
