@@ -57,7 +57,9 @@ def _call(c: httpx.Client, method: str, path: str, who: str) -> httpx.Response:
             "POST /v1/studies/{study}/enqueue": {"params": {"x1": 1.0}},
             "POST /v1/studies/{study}/trials": {"params": {"x1": 1.0, "x2": 2.0}, "value": 3.0},
             "POST /v1/studies/{study}/copy": {"name": f"copy-{who}-{sid}"},
-            "PATCH /v1/studies/{study}/user_attrs": {"set": {"team": who}}}.get(f"{method} {path}")
+            "PATCH /v1/studies/{study}/user_attrs": {"set": {"team": who}},
+            "PATCH /v1/studies/{study}/space": {"space": {"x3": {"type": "float", "low": 0, "high": 1}}},
+            }.get(f"{method} {path}")
     return c.request(method, url, json=body, headers=_headers(who))
 
 

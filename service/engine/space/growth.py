@@ -23,27 +23,24 @@ condition's parent, making a parameter conditional) would change what a told tri
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 from ..errors import SpaceError
 from .params import Param, choice_key
 
-if TYPE_CHECKING:
-    from .search_space import SearchSpace
-
 ONLY_GROWTH = "only growth is accepted (new parameters and choices, wider ranges, a condition's new values)"
 
 
-def grow(space: SearchSpace, changes: Any) -> SearchSpace:
-    """``space`` grown by ``changes``: ``{name: parameter}``, each a new parameter or an existing
-    one's whole new definition (a parameter left out is unchanged; the same definition changes
-    nothing). ``SpaceError`` naming the field for anything but growth, or a space beyond the bounds."""
-    from .search_space import SearchSpace
-
+def grown_specs(params: Sequence[Param], changes: Any) -> dict[str, Any]:
+    """The definition of the space of ``params`` grown by ``changes``: ``{name: parameter}``, each a new
+    parameter or an existing one's whole new definition (a parameter left out is unchanged; the same
+    definition changes nothing). ``SpaceError`` naming the field for anything but growth; the caller
+    builds the space (its bounds, the conditions' parents and values, no cycles)."""
     if not isinstance(changes, dict) or not changes:
         raise SpaceError("space", "must name at least one parameter, with its new definition")
-    old = {p.name: p for p in space.params}
-    specs = {p.name: p.to_dict() for p in space.params}
+    old = {p.name: p for p in params}
+    specs = {p.name: p.to_dict() for p in params}
     for name, spec in changes.items():
         where = f"space.{name}"
         if spec is None:
@@ -55,7 +52,7 @@ def grow(space: SearchSpace, changes: Any) -> SearchSpace:
             specs[name] = {**new.to_dict(), "grown": True}
         else:
             specs[name] = _grown(old[name], new, where).to_dict()
-    return SearchSpace.from_dict(specs)  # the bounds, the conditions' parents and values, no cycles
+    return specs
 
 
 def _grown(old: Param, new: Param, where: str) -> Param:

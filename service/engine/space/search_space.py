@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import ParamError, SpaceError
 from ..limits import MAX_FEATURES, MAX_PARAMS
 from .conditions import Conditions
+from .growth import grown_specs
 from .params import INACTIVE, Param, choice_key
 from .sampling import Sampling
 
@@ -62,10 +63,9 @@ class SearchSpace(Conditions, Sampling):
         return {p.name: p.to_dict() for p in self.params}
 
     def grow(self, changes: Any) -> SearchSpace:
-        """This space grown by ``changes`` (``{name: parameter}``): see ``growth.grow``."""
-        from .growth import grow
-
-        return grow(self, changes)
+        """This space grown by ``changes`` (``{name: parameter}``, new parameters and existing ones' grown
+        definitions): see ``growth``; a SpaceError naming the field for anything but growth."""
+        return SearchSpace.from_dict(grown_specs(self.params, changes))
 
     @property
     def names(self) -> list[str]:
