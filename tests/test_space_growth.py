@@ -221,6 +221,21 @@ def test_growth_through_rest_keeps_the_told_trials_and_asks_hold_the_new_paramet
     assert {"x", "kind", "y"} <= names
 
 
+def test_an_enqueued_configuration_evaluated_after_a_growth_is_taken_off_the_queue(http: httpx.Client) -> None:
+    """The keys of the waiting trials are recomputed with the others: an enqueued configuration (with
+    skip_if_exists) that a trial finishes with after the growth is dropped, not handed out."""
+    sid = _create(http)["id"]
+    r = http.post(f"/v1/studies/{sid}/enqueue", json={"params": {"x": 0.7, "kind": "b"}})
+    assert r.status_code == 201, r.text
+    queued = r.json()["id"]
+    assert http.patch(f"/v1/studies/{sid}/space", json={"space": GROWTH}).status_code == 200
+    r = http.post(f"/v1/studies/{sid}/trials", json={"params": {"x": 0.7, "kind": "b"}, "value": 1.0})
+    assert r.status_code == 201, r.text
+    asked = http.post(f"/v1/studies/{sid}/ask").json()["trials"][0]
+    assert asked["id"] != queued and "y" in asked["params"]
+    assert http.get(f"/v1/studies/{sid}/trials", params={"state": "waiting"}).json()["trials"] == []
+
+
 @pytest.mark.parametrize(("change", "field"), [
     ({"x": None}, "space.x"),
     ({"x": {"type": "int", "low": 0, "high": 1}}, "space.x.type"),

@@ -200,10 +200,10 @@ class StudyTx:
         """The study's stored definition, read in this transaction (the lock does not load it)."""
         return self.study.definition
 
-    def grow(self, definition: dict[str, Any], key_of: Callable[[dict[str, Any], str], str]) -> None:
+    def grow(self, definition: dict[str, Any], key_of: Callable[[dict[str, Any], str, str], str]) -> None:
         """Store ``definition``, whose space has grown: the revision moves on (other processes'
-        cached definitions are stale), every trial's configuration key is ``key_of(params, state)``
-        under the new space, and the snapshots of the old space are deleted, so that no ask serves
+        cached definitions are stale), every trial's configuration key is ``key_of(params, state, old
+        key)`` under the new space, and the snapshots of the old space are deleted, so that no ask serves
         their candidates: until the first fit of the new space, asks draw from the study's
         quasi-random sequence."""
         st = self.study
@@ -211,7 +211,8 @@ class StudyTx:
         st.revision = (st.revision or 0) + 1
         rows = self.session.execute(select(TrialRow.id, TrialRow.params, TrialRow.state, TrialRow.ukey)
                                     .where(TrialRow.study_id == st.id)).all()
-        changed = [{"id": tid, "ukey": k} for tid, params, state, old in rows if (k := key_of(params, state)) != old]
+        changed = [{"id": tid, "ukey": k} for tid, params, state, old in rows
+                   if (k := key_of(params, state, old)) != old]
         if changed:
             self.session.execute(update(TrialRow), changed)  # by primary key, in executemany batches
         self.session.execute(delete(SnapshotRow).where(SnapshotRow.study_id == st.id))

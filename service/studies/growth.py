@@ -85,7 +85,7 @@ class SpaceGrowth:
             changed = new.to_dict() != old.to_dict()
             if changed:
                 definition = {**definition, "space": new.to_dict()}
-                tx.grow(definition, lambda params, state: _key(new, params, state))
+                tx.grow(definition, lambda params, state, old: _key(new, params, state, old))
                 revision, n_complete = tx.study.revision, tx.study.n_complete
         if changed:
             sd = self._keep(StudyDef.parse(study_id, definition, revision))
@@ -96,8 +96,11 @@ class SpaceGrowth:
         return self.storage.get_study(study_id), changed
 
 
-def _key(space: SearchSpace, params: dict[str, Any], state: str) -> str:
-    """A stored trial's configuration key under ``space`` (an enqueued one's only when it is complete)."""
-    if state == "waiting" and not space.complete(params):
+def _key(space: SearchSpace, params: dict[str, Any], state: str, old: str) -> str:
+    """A stored trial's configuration key under ``space``. An enqueued trial keeps none when it had none
+    (enqueued without skip_if_exists, or partly: ``asks._queue``); with one, its configuration is keyed
+    as a finished trial's of the same parameters is (a parameter added since inactive for both), so
+    the ask that finds it evaluated still takes it off the queue."""
+    if state == "waiting" and not old:
         return ""
     return space.key(params).hex()
