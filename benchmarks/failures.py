@@ -6,7 +6,9 @@ A real tuning run crashes: out of memory past some model size, a learning rate t
 combination a library refuses. Each task below is minimised and *raises* (or returns NaN) inside
 its crash region; a crashed trial has no value. Every method is told of the crash in its own way:
 
-* ``calibo``: the in-process ``Optimizer``, ``tell(params, None, state="failed")``;
+* ``calibo``: the in-process ``Optimizer``, ``tell(params, state="failed")``: it learns where trials
+  fail (``engine.failures``); ``calibo_ignore``: the same with ``learn_failures=False``, which only
+  never proposes a failed configuration again (how calibo treated failures before);
 * ``optuna_tpe`` / ``optuna_gp``: ``study.tell(trial, state=TrialState.FAIL)`` (what ``optimize``
   does with ``catch``);
 * ``smac``: SMAC3's HPO facade, ``TrialValue(status=CRASHED, cost=...)`` charged a crash cost: the
@@ -59,6 +61,7 @@ from benchmarks.harness import peers, report, runner  # noqa: E402
 from benchmarks.harness.functions import branin, hartmann6  # noqa: E402
 
 METHODS = ("calibo", "optuna_gp", "optuna_tpe", "smac", "random")
+IGNORE = "calibo_ignore"  # calibo with learn_failures=False
 AT = (20, 40, 60)
 
 
@@ -199,8 +202,8 @@ class _Smac(peers.SmacPeer):
 
 
 def _fail(method: str, peer: Any, handle: Any) -> None:
-    if peers.is_calibo(method):
-        peer.opt.tell(handle, None, state="failed")
+    if peers.is_calibo(method) or method == IGNORE:
+        peer.opt.tell(handle, state="failed")
     elif method.startswith("optuna_"):
         from optuna.trial import TrialState
 
@@ -212,8 +215,13 @@ def _fail(method: str, peer: Any, handle: Any) -> None:
 
 def run_one(method: str, task_name: str, trials: int, seed: int, in_flight: int = 1) -> dict[str, Any]:
     task = TASKS[task_name]
-    peer = (_Smac(task.space, ["minimize"], seed, trials) if method == "smac"
-            else peers.make(method, task.space, ["minimize"], seed, trials))
+    if method == "smac":
+        peer = _Smac(task.space, ["minimize"], seed, trials)
+    elif method == IGNORE:
+        peer = peers.make("calibo", task.space, ["minimize"], seed, trials)
+        peer.opt.learn_failures = False
+    else:
+        peer = peers.make(method, task.space, ["minimize"], seed, trials)
     values: list[float | None] = []
     t0 = time.perf_counter()
     spent = 0.0
@@ -249,7 +257,7 @@ def best_curve(values: list[float | None], trials: int) -> np.ndarray:
 
 
 def summarize(runs: list[dict[str, Any]], trials: int) -> dict[str, Any]:
-    methods = [m for m in METHODS if any(r["method"] == m for r in runs)]
+    methods = [m for m in (*METHODS, IGNORE) if any(r["method"] == m for r in runs)]
     methods += sorted({r["method"] for r in runs} - set(methods))
     curves = {(r["method"], r["task"], r["seed"]): best_curve(r["values"], trials) for r in runs}
     fails = {(r["method"], r["task"], r["seed"]): sum(v is None for v in r["values"][:trials]) for r in runs}
@@ -328,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
     runner.add_run_arguments(ap, report.RESULTS / "failures.json", tasks=",".join(TASKS), seeds=5, trials=60)
     args = ap.parse_args(argv)
     methods = peers.parse_methods(args.methods)
-    peers.check_methods(methods)
+    peers.check_methods([m for m in methods if m != IGNORE])
     tasks = args.tasks.split(",")
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
