@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -104,3 +105,42 @@ def test_an_optimizer_that_does_not_learn_from_failures_only_excludes_them_and_k
     assert restored.learn_failures is False and restored.snapshot.success is None
     opt.learn_failures = True  # the same trials, learnt from: a refit with the five failures
     assert opt.snapshot.success is not None and opt.snapshot.meta["n_failed"] == 5
+
+
+def _optuna_run(learn: bool, seed: int, trials: int) -> tuple[int, Any]:
+    import optuna
+
+    from calibo.optuna import CaliboSampler
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    sampler = CaliboSampler(seed=seed, n_startup_trials=5, learn_failures=learn)
+    study = optuna.create_study(sampler=sampler)
+
+    def objective(trial: Any) -> float:
+        p = {"x": trial.suggest_float("x", 0.0, 1.0), "y": trial.suggest_float("y", 0.0, 1.0)}
+        if crashes(p):
+            raise RuntimeError("crashed")
+        return (p["x"] - 0.62) ** 2 + (p["y"] - 0.5) ** 2
+
+    study.optimize(objective, n_trials=trials, catch=(RuntimeError,))
+    failed = sum(t.state == optuna.trial.TrialState.FAIL for t in study.trials)
+    return failed, sampler
+
+
+def test_calibo_sampler_fits_on_the_studys_fail_trials_unless_told_not_to() -> None:
+    for learn in (True, False):
+        failed, sampler = _optuna_run(learn, 0, 14)
+        snaps = [snap for _, snap in sampler._fits.values()]
+        assert failed and snaps
+        assert (snaps[-1].success is not None) == learn, (learn, failed)
+    with pytest.raises(ValueError, match="learn_failures"):
+        from calibo.optuna import CaliboSampler
+
+        CaliboSampler(learn_failures="no")
+
+
+@pytest.mark.slow
+def test_calibo_sampler_sends_fewer_trials_into_the_crash_region_when_it_learns_from_fail_trials() -> None:
+    on = [_optuna_run(True, s, 40)[0] for s in range(2)]
+    off = [_optuna_run(False, s, 40)[0] for s in range(2)]
+    assert sum(on) < 0.7 * sum(off), (on, off)

@@ -204,6 +204,10 @@ class CaliboSampler(BaseSampler):
         token: the server's API token (default ``$CALIBO_TOKEN``).
         study_name: the server study's name (default: the Optuna study's name; give one when
             several Optuna storages with the same study names use one server).
+        learn_failures: learn from the study's FAIL trials (an objective that raised, returned NaN,
+            a trial told failed) where trials run at all: a calibrated probability of success weighs
+            the acquisition and no near-duplicate of a failure is proposed (``engine.failures``).
+            Off, a failed configuration is only never proposed again. In-process mode only.
 
     A multi-objective study (``optuna.create_study(directions=[...])``, 2 to 4 objectives) gets
     one calibrated surrogate per objective and the engine's multi-objective acquisition (EHVI for
@@ -224,8 +228,12 @@ class CaliboSampler(BaseSampler):
         url: str | None = None,
         token: str | None = None,
         study_name: str | None = None,
+        learn_failures: bool = True,
     ) -> None:
         settings = _startup(n_startup_trials, settings)
+        if not isinstance(learn_failures, bool):
+            raise ValueError(f"learn_failures must be True or False, got {learn_failures!r}")
+        self._learn_failures = learn_failures
         over = {k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition)) if v is not None}
         self.config = replace(EngineConfig.from_dict(settings), **over)
         self._seed = int(np.random.SeedSequence(seed).generate_state(1)[0]) if seed is None else int(seed)
@@ -301,7 +309,7 @@ class CaliboSampler(BaseSampler):
         trials = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING,
                                                            TrialState.FAIL, TrialState.PRUNED),
                                    use_cache=False)
-        observations, seen, pending, complete = [], [], [], []
+        observations, seen, pending, complete, failed = [], [], [], [], []
         relative = self._read(study, [t for t in trials if t.state == TrialState.RUNNING and t.number != trial.number],
                               "relative", final=False)
         for t in trials:
@@ -316,6 +324,8 @@ class CaliboSampler(BaseSampler):
             if p is None:
                 continue
             seen.append(p)
+            if t.state == TrialState.FAIL and self._learn_failures:
+                failed.append(p)
             if t.state == TrialState.COMPLETE and t.values is not None and all(map(math.isfinite, t.values)):
                 observations.append((p, [float(v) for v in t.values] if multi else float(t.values[0])))
                 complete.append(t)
@@ -324,7 +334,8 @@ class CaliboSampler(BaseSampler):
         cons = [[float(t.constraints[k]) for k in keys] for t in complete] if keys else None
         snap = None
         if cfg.fits(len(observations)):
-            snap = self._snapshot((study._study_id, sig), enc.space, observations, pending, directions, cons)
+            snap = self._snapshot((study._study_id, sig), enc.space, observations, pending, directions, cons,
+                                  failed)
         state = self._states(study, (study._study_id, sig), enc, complete, keys, len(directions))
         out = select(snap, state, enc.space, cfg, count=1, direction=direction,
                      asked=trial.number, exclude=seen, pending=pending, n_observed=len(observations))
@@ -408,16 +419,19 @@ class CaliboSampler(BaseSampler):
         return out
 
     def _snapshot(self, key: tuple[int, str], space: SearchSpace, observations: list, pending: list,
-                  directions: list[str], constraints: list[list[float]] | None = None) -> Any:
-        """The engine's fit on ``observations``, reused while they do not change."""
+                  directions: list[str], constraints: list[list[float]] | None = None,
+                  failed: list[dict[str, Any]] | None = None) -> Any:
+        """The engine's fit on ``observations`` (and the ``failed`` configurations), reused while
+        they do not change."""
         observed = (tuple((json.dumps(p, sort_keys=True), json.dumps(v)) for p, v in observations),
-                    json.dumps(constraints))
+                    json.dumps(constraints), tuple(json.dumps(p, sort_keys=True) for p in failed or ()))
         cached = self._fits.get(key)
         if cached is not None and cached[0] == observed:
             return cached[1]
         config = self.config.for_objectives(len(directions))
         snap = fit(observations, space, config, directions[0], self._seed, pending=pending,
-                   constraints=constraints, directions=directions if len(directions) > 1 else None)
+                   constraints=constraints, directions=directions if len(directions) > 1 else None,
+                   failed=failed or ())
         self._fits[key] = (observed, snap)
         return snap
 
