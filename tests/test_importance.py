@@ -255,7 +255,10 @@ def test_route_answers_caches_and_a_tell_invalidates(http: httpx.Client, srv: Li
 
 
 def test_route_answers_finite_shares_for_extreme_values(http: httpx.Client) -> None:
-    sid = _study(http, 40, extreme=(1e300, -1.7e308))
+    # the study's seed is the importance's: with two outliers of both signs near the largest float among
+    # 40 trials the model resolves the rest weakly (out-of-bag R^2 about 0.04), and x comes first for 24 of
+    # 30 seeds, so the seed is fixed (without, the test failed now and then)
+    sid = _study(http, 40, extreme=(1e300, -1.7e308), seed=0)
     r = http.get(f"/v1/studies/{sid}/importance")
     assert r.status_code == 200, r.text
     body = json.loads(r.text, parse_constant=lambda c: pytest.fail(f"{c} in the answer"))

@@ -97,9 +97,16 @@ def test_four_processes_share_one_server_study(server, tmp_path: Path) -> None: 
     views, told = _server_trials(server.url, "shared")
     assert len(views) == 1  # one server study for the Optuna study, named after it
     by_id = {t["id"]: t for t in told}
+    ran_otherwise = 0
     for t in remote:  # every asked trial is told on the server, in its Optuna state, with its value
         stored = json.loads(t.system_attrs["calibo:remote"])
         on_server = by_id[stored["trial"]]
+        if on_server["state"] == "failed" and "ran other parameters" in (on_server.get("user_attrs") or {}).get(
+                "fail_reason", ""):
+            # asked while another process grew the space: the trial ran parameters the server did not
+            # suggest, so the suggestion is told failed and the result added (counted below)
+            ran_otherwise += 1
+            continue
         want = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}[t.state.name]
         assert on_server["state"] == want, (t.number, on_server)
         if t.state == optuna.trial.TrialState.COMPLETE:
@@ -113,7 +120,9 @@ def test_four_processes_share_one_server_study(server, tmp_path: Path) -> None: 
     # one fit per result at most: fits (snapshot versions) against results the server holds
     results = sum(1 for t in told if t["study"] == newest["id"] and t["state"] == "complete")
     fits = newest["surrogate_status"]["snapshot_version"] or 0
-    print(f"remote: {len(remote)} asked, {len(set(suggested))} distinct, {results} results, {fits} fits")
+    print(f"remote: {len(remote)} asked, {len(set(suggested))} distinct, {results} results, {fits} fits, "
+          f"{ran_otherwise} ran other parameters")
+    assert ran_otherwise <= 8
     assert 0 < fits <= results
 
 
