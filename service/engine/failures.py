@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -91,6 +90,3 @@ def _classifier(space: SearchSpace, ok: np.ndarray, failed: np.ndarray, seed: in
     success = list(model.classes_).index(1)
     return lambda Xc: model.predict_proba(Xc)[:, success]
 
-
-def unit_rows(space: SearchSpace, configs: Sequence[dict]) -> np.ndarray:
-    return space.to_unit(list(configs)) if configs else np.empty((0, space.dim))

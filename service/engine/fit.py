@@ -235,9 +235,8 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
         meta["n_feasible"] = int(feasible.sum())
     success = None
     if failed:  # its own seed: a study without failures draws as before
-        success = log_success(space, U, space.to_unit(list(failed)), cand, fit_seed + 7)
+        success = f32(log_success(space, U, space.to_unit(list(failed)), cand, fit_seed + 7))
         meta["n_failed"] = len(failed)
-        success = None if success is None else f32(success)
     if objs:
         meta["directions"] = list(dirs)
     return Snapshot(
