@@ -281,10 +281,9 @@ class CaliboSampler(BaseSampler):
     def sample_relative(self, study: Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if not search_space:
-            if self._remote is None:
-                with self._lock:  # nothing kept for this trial: no process needs to look for it
-                    for key in ("relative", "prediction"):
-                        self._kept[(id(study._storage), study._study_id, trial._trial_id, key)] = None
+            if self._remote is None:  # nothing kept for this trial: no process needs to look for it
+                for key in ("relative", "prediction"):
+                    self._keep(study, trial._trial_id, key, None)
             return {}
         if self._remote is not None:
             return self._remote.sample_relative(study, trial, search_space, self._conditions(trial, search_space))
@@ -310,8 +309,9 @@ class CaliboSampler(BaseSampler):
                                                            TrialState.FAIL, TrialState.PRUNED),
                                    use_cache=False)
         observations, seen, pending, complete, failed = [], [], [], [], []
+        loaded: dict[str, Any] = {}  # the study's system attributes, read at most once in this sample
         relative = self._read(study, [t for t in trials if t.state == TrialState.RUNNING and t.number != trial.number],
-                              "relative", final=False)
+                              "relative", final=False, loaded=loaded)
         for t in trials:
             if t.number == trial.number:
                 continue
@@ -336,7 +336,7 @@ class CaliboSampler(BaseSampler):
         if cfg.fits(len(observations)):
             snap = self._snapshot((study._study_id, sig), enc.space, observations, pending, directions, cons,
                                   failed)
-        state = self._states(study, (study._study_id, sig), enc, complete, keys, len(directions))
+        state = self._states(study, (study._study_id, sig), enc, complete, keys, len(directions), loaded)
         out = select(snap, state, enc.space, cfg, count=1, direction=direction,
                      asked=trial.number, exclude=seen, pending=pending, n_observed=len(observations))
         if not out:  # every configuration is observed or running: repeat one, as Optuna's samplers may
@@ -384,11 +384,15 @@ class CaliboSampler(BaseSampler):
             _put(study, trial_id, key, value)
         self._kept[(id(study._storage), study._study_id, trial_id, key)] = value
 
-    def _read(self, study: Study, trials: Sequence[FrozenTrial], key: str, final: bool) -> dict[int, Any]:
+    def _read(self, study: Study, trials: Sequence[FrozenTrial], key: str, final: bool,
+              loaded: dict[str, Any] | None = None) -> dict[int, Any]:
         """What was kept for each of ``trials`` under ``key``, by trial id (None: nothing): from this
         process's cache, a trial's own system attributes (where an earlier version kept it), or the
         study's system attributes, read once for all the trials missing. ``final``: the trials are
-        finished, so nothing found now will ever be (the sampler keeps its state at the trial's start)."""
+        finished, so nothing found now will ever be (the sampler keeps its state at the trial's start).
+        ``loaded``: the study's system attributes read earlier in the same sample (``{"attrs": ...}``,
+        filled here on the first read): every trial given was listed before that read, and a trial's
+        state is kept when it starts, so one read serves the whole sample."""
         where = (id(study._storage), study._study_id)
         out: dict[int, Any] = {}
         missing = []
@@ -400,7 +404,10 @@ class CaliboSampler(BaseSampler):
             else:
                 missing.append(t)
         if missing:
-            attrs = study._storage.get_study_system_attrs(study._study_id)
+            loaded = {} if loaded is None else loaded
+            if "attrs" not in loaded:
+                loaded["attrs"] = study._storage.get_study_system_attrs(study._study_id)
+            attrs = loaded["attrs"]
             for t in missing:
                 out[t._trial_id] = value = _joined(attrs, key, t._trial_id)
                 if value is not None or final:
@@ -436,7 +443,8 @@ class CaliboSampler(BaseSampler):
         return snap
 
     def _states(self, study: Study, key: tuple[int, str], enc: Encoding, complete: list[FrozenTrial],
-                constraint_keys: list[str] | None = None, m: int = 1) -> StudyState:
+                constraint_keys: list[str] | None = None, m: int = 1,
+                loaded: dict[str, Any] | None = None) -> StudyState:
         """ACI/DtACI states (the first objective's; then each further objective's and each
         constraint's, the snapshot heads' order): ``adapt`` replayed over the completed trials in the
         order they finished.
@@ -451,7 +459,7 @@ class CaliboSampler(BaseSampler):
         if state is None or numbers[:len(done)] != done:
             done, state = [], StudyState.initial(self.config, self._seed, m, n_cons)
         space = enc.space
-        kept = self._read(study, order[len(done):], "prediction", final=True)
+        kept = self._read(study, order[len(done):], "prediction", final=True, loaded=loaded)
         for t in order[len(done):]:
             stored = kept[t._trial_id]
             if stored is None or stored.get("space") != key[1]:
