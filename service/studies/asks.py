@@ -119,9 +119,11 @@ class AskSteps:
         leaves its configuration's key on its waiting trial: if a trial has finished with that
         configuration since (added, or told), the waiting one is taken off the queue instead of being
         handed out, so the configuration is not evaluated twice (Optuna looks only when enqueueing)."""
-        evaluated = self._finished_keys(tx)
+        waiting = tx.waiting_trials()
+        # the finished keys only where a waiting trial asks to be checked (most asks have none waiting)
+        evaluated = self._finished_keys(tx) if any(t.ukey for t in waiting) else set()
         out = []
-        for t in tx.waiting_trials():
+        for t in waiting:
             if t.ukey and bytes.fromhex(t.ukey) in evaluated:
                 tx.remove_waiting(t)
             elif len(out) < total:
