@@ -169,7 +169,10 @@ def test_a_define_by_run_study_of_two_processes_is_one_server_study_named_after_
 
     trials = optuna.load_study(study_name="define-by-run", storage=storage).trials
     assert len(trials) == 30 and all(t.state.name == "COMPLETE" for t in trials)
-    assert any("depth" in t.params for t in trials) and any("shrink" in t.params for t in trials)
+    assert any("depth" in t.params for t in trials)
+    # a deep tree (depth >= 5) reveals shrink: whether the surrogate proposes one in 30 trials is the model's
+    # choice (it may differ with the BLAS kernel and the processes' interleaving), what follows from it is not
+    assert any("shrink" in t.params for t in trials) == any(t.params.get("depth", 0) >= 5 for t in trials)
     with httpx.Client(base_url=server.url, timeout=30) as c:
         listed = c.get("/v1/studies", params={"limit": 1000}).json()["studies"]
     views, told = _server_trials(server.url, "define-by-run")
