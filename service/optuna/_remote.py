@@ -205,6 +205,9 @@ class RemoteBackend:
         self.worker = f"{socket.gethostname()}-{os.getpid()}"
         self._lock = threading.RLock()  # one process meets (and grows) a server study once at a time
         self._known: dict[str, _Server] = {}  # Optuna study name -> its server study, met and synced
+        # Optuna study name -> the last learned space (as _spec) its server study was found to hold: a
+        # space only grows, so the same one again needs no growth check
+        self._held: dict[str, str] = {}
         self._runs: dict[tuple[int, int], str] = {}  # (storage, Optuna study id) -> its run
 
     def _run(self, study: Study) -> str:
@@ -222,8 +225,11 @@ class RemoteBackend:
     def _server(self, study: Study, search_space: dict[str, BaseDistribution],
                 conditions: dict[str, tuple[str, list[Any]]]) -> _Server:
         """The Optuna study's server study, its space grown to hold ``search_space``."""
+        wanted = json.dumps(self._spec(search_space, conditions), sort_keys=True)
         with self._lock:
             srv = self._known.get(study.study_name)
+            if srv is not None and self._held.get(study.study_name) == wanted:
+                return srv
             first = srv is None
             if srv is None:
                 srv = self._find_or_create(study, search_space, conditions)
@@ -243,6 +249,7 @@ class RemoteBackend:
             if first:
                 self._sync_history(study, srv)
             self._known[study.study_name] = srv
+            self._held[study.study_name] = wanted
             return srv
 
     def _find_or_create(self, study: Study, search_space: dict[str, BaseDistribution],
