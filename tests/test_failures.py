@@ -115,6 +115,9 @@ def _optuna_run(learn: bool, seed: int, trials: int) -> tuple[int, Any]:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     sampler = CaliboSampler(seed=seed, n_startup_trials=5, learn_failures=learn)
     study = optuna.create_study(sampler=sampler)
+    if trials < 20:  # at least MIN_EACH failures whatever the fits choose: the classifier is trained
+        for i in range(3):
+            study.enqueue_trial({"x": 0.9 - 0.05 * i, "y": 0.1 + 0.05 * i})
 
     def objective(trial: Any) -> float:
         p = {"x": trial.suggest_float("x", 0.0, 1.0), "y": trial.suggest_float("y", 0.0, 1.0)}
@@ -144,3 +147,16 @@ def test_calibo_sampler_sends_fewer_trials_into_the_crash_region_when_it_learns_
     on = [_optuna_run(True, s, 40)[0] for s in range(2)]
     off = [_optuna_run(False, s, 40)[0] for s in range(2)]
     assert sum(on) < 0.7 * sum(off), (on, off)
+
+
+def test_a_study_without_failures_asks_the_same_with_or_without_learning_from_them() -> None:
+    asked = []
+    for learn in (True, False):
+        opt = Optimizer(BOX, seed=3, learn_failures=learn)
+        seq = []
+        for _ in range(20):
+            (s,) = opt.ask()
+            seq.append(s.params)
+            opt.tell(s.params, (s.params["x"] - 0.62) ** 2 + (s.params["y"] - 0.5) ** 2)
+        asked.append(seq)
+    assert asked[0] == asked[1]
