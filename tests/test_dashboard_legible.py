@@ -219,8 +219,9 @@ def check_parallel_coordinates(pg, space: dict) -> list[dict]:
 
 
 def best_drawn_on_top(pg) -> bool:
-    """Whether the canvas pixel where the objective's axis meets its best (lowest) value is the
-    highlight's orange: the best trial is drawn over the others."""
+    """Whether the canvas where the objective's axis meets its best (lowest) value is the highlight's
+    orange: the best trial is drawn over the others. A 5x5 window about that point: where
+    antialiasing puts the line's full colour differs between renderers (GPU or software, pixel ratio)."""
     return pg.evaluate("""() => {
         const fig = document.querySelector('[data-plot="params"]');
         const axes = fig.querySelectorAll('.pc-axis');
@@ -229,8 +230,12 @@ def best_drawn_on_top(pg) -> bool:
         const dpr = canvas.width / canvas.getBoundingClientRect().width;
         const x = Math.round(Number(axis.getAttribute('x1')) * dpr);
         const y = Math.round(Number(axis.getAttribute('y2')) * dpr);
-        const [r, g, b, a] = canvas.getContext('2d').getImageData(x, y - 1, 1, 1).data;
-        return r > 200 && g > 60 && g < 130 && b < 60 && a > 200;
+        const d = canvas.getContext('2d').getImageData(x - 2, y - 3, 5, 5).data;
+        for (let i = 0; i < d.length; i += 4) {
+            const [r, g, b, a] = [d[i], d[i + 1], d[i + 2], d[i + 3]];
+            if (r > 200 && g > 60 && g < 130 && b < 60 && a > 200) return true;
+        }
+        return false;
     }""")
 
 
