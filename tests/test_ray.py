@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import pickle
+import secrets
 import subprocess
 import sys
 import threading
@@ -18,6 +20,13 @@ import pytest
 from conftest import LiveServer, unique
 from test_api import FAST
 
+# Ray >= 2.5x turns token auth on for a new local cluster and, given no token, writes one to
+# ~/.ray/auth_token: two test processes starting clusters at once overwrite each other's file, and a GCS
+# then refuses its own driver. Each test process gives its cluster a token of its own through the
+# environment, set before Ray reads its configuration (at import) and inherited by the cluster's
+# processes; a token the environment already holds is kept.
+if "RAY_AUTH_TOKEN" not in os.environ:
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
 ray = pytest.importorskip("ray")
 tune = pytest.importorskip("ray.tune")
 
