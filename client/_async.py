@@ -130,6 +130,7 @@ class AsyncClient:
         constraints: list[str] | None = None,
         user_attrs: dict[str, Any] | None = None,
         directions: list[str] | None = None,
+        learn_failures: bool | None = None,
     ) -> AsyncStudy:
         """Create a study, or get the existing one with the same definition: an
         :class:`~calibo.AsyncStudy` handle (``direction`` or ``directions``, and ``pruner``, as in
@@ -147,6 +148,7 @@ class AsyncClient:
                 constraints=constraints,
                 user_attrs=user_attrs,
                 directions=directions,
+                learn_failures=learn_failures,
             ),
         ))
 
@@ -199,10 +201,11 @@ class AsyncClient:
         state: str | None = None,
         constraints: list[float] | None = None,
         user_attrs: dict[str, Any] | None = None,
+        interrupted: bool = False,
     ) -> dict[str, Any]:
         """Finish a trial with its ``value``, or ``state="failed"`` / ``"pruned"`` (text, NaN and
-        infinity as in :meth:`Client.tell`)."""
-        return await self._run(api.tell(study_id, trial_id, value, state, constraints, user_attrs))
+        infinity, and ``interrupted``, as in :meth:`Client.tell`)."""
+        return await self._run(api.tell(study_id, trial_id, value, state, constraints, user_attrs, interrupted))
 
     async def report(self, study_id: StudyRef, trial_id: TrialRef, step: int, value: float) -> bool:
         """Report an intermediate ``value`` at ``step``; True: prune it (see :meth:`Client.report`)."""

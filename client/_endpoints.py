@@ -123,6 +123,7 @@ def create_study(
     constraints: list[str] | None = None,
     user_attrs: dict[str, Any] | None = None,
     directions: Sequence[str] | None = None,
+    learn_failures: bool | None = None,
 ) -> Call[dict[str, Any]]:
     if pruner is not None and not isinstance(pruner, str | dict):
         raise TypeError(f"pruner must be a name or a dict with a 'name', got {pruner!r}")
@@ -143,6 +144,7 @@ def create_study(
         "pruner": pruner,  # the server checks the name and the options
         "constraints": list(constraints) if constraints is not None else None,
         "user_attrs": user_attrs,
+        "learn_failures": learn_failures,
     }
     body.update({key: value for key, value in optional.items() if value is not None})
     # Creating the same definition again answers 200 with the existing study.
@@ -229,8 +231,10 @@ def tell_body(
     state: str | None,
     constraints: Sequence[float] | None = None,
     user_attrs: dict[str, Any] | None = None,
+    interrupted: bool = False,
 ) -> dict[str, Any]:
-    """A tell's body; ``value`` a list (or tuple) of numbers: a multi-objective study's ``values``."""
+    """A tell's body; ``value`` a list (or tuple) of numbers: a multi-objective study's ``values``;
+    ``interrupted``: a failed trial whose run was stopped from outside (not learned as a failure)."""
     if value is None and state is None:
         raise ValueError("tell needs a value, a state ('failed' or 'pruned'), or both")
     if state is not None and state not in TRIAL_STATES:
@@ -250,6 +254,8 @@ def tell_body(
         body["constraints"] = [_finite(c, "a constraint value") for c in constraints]
     if user_attrs is not None:
         body["user_attrs"] = dict(user_attrs)
+    if interrupted:
+        body["interrupted"] = True
     return body
 
 
@@ -283,10 +289,11 @@ def tell(
     state: str | None,
     constraints: Sequence[float] | None = None,
     user_attrs: dict[str, Any] | None = None,
+    interrupted: bool = False,
 ) -> Call[dict[str, Any]]:
     # The same tell again answers 200, so it is safe to retry.
     path = f"{_trial(study_id, trial_id)}/tell"
-    return Call("POST", path, json_object, json=tell_body(value, state, constraints, user_attrs),
+    return Call("POST", path, json_object, json=tell_body(value, state, constraints, user_attrs, interrupted),
                 params=_study_query(study_id))
 
 

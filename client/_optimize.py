@@ -263,6 +263,13 @@ def outcome(result: Any) -> Outcome:
     return value, None, None
 
 
+def interrupts(exc: BaseException) -> bool:
+    """Whether an objective ending with ``exc`` was stopped from outside rather than failing: Ctrl-C,
+    SIGTERM, a cancelled task, an exiting process (none is an ``Exception``). Its trial is told
+    failed and ``interrupted``: the study does not learn its configuration as a failure."""
+    return not isinstance(exc, Exception)
+
+
 def failed_attrs(reason: str | None, attrs: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The ``user_attrs`` a trial is told with: those the objective set (``attrs``), and for a
     failed trial ``{"fail_reason": reason}``; None when there are none."""

@@ -135,15 +135,18 @@ class Study(_Handle):
         return self.client.ask(self.id, count, worker_id, user_attrs=user_attrs)
 
     def tell(self, trial: TrialLike, value: float | Sequence[float] | None = None, *, state: str | None = None,
-             constraints: list[float] | None = None, user_attrs: dict[str, Any] | None = None) -> TrialRecord:
+             constraints: list[float] | None = None, user_attrs: dict[str, Any] | None = None,
+             interrupted: bool = False) -> TrialRecord:
         """Finish ``trial`` with its ``value`` (a multi-objective study: a list, one value per objective;
         and, in a constrained study, its ``constraints``: one value per constraint, feasible when each
         is <= 0), or ``state="failed"`` / ``"pruned"``. As Optuna's: a value given as text raises
         TypeError and the trial stays running; a NaN value (or infinite) tells it failed, with a
-        warning."""
+        warning. ``interrupted=True`` (state failed): its run was stopped from outside, and the study
+        does not learn its configuration as a failure."""
         value, state = _optuna_outcome(value, state)
         return self._record(self.client.tell(self.id, _trial_id(trial), value, state=state,
-                                             constraints=constraints, user_attrs=user_attrs))
+                                             constraints=constraints, user_attrs=user_attrs,
+                                             interrupted=interrupted))
 
     def enqueue(self, params: dict[str, Any], *, skip_if_exists: bool = True,
                 user_attrs: dict[str, Any] | None = None) -> TrialRecord:
@@ -295,10 +298,12 @@ class AsyncStudy(_Handle):
 
     async def tell(self, trial: TrialLike, value: float | Sequence[float] | None = None, *,
                    state: str | None = None,
-                   constraints: list[float] | None = None, user_attrs: dict[str, Any] | None = None) -> TrialRecord:
+                   constraints: list[float] | None = None, user_attrs: dict[str, Any] | None = None,
+                   interrupted: bool = False) -> TrialRecord:
         value, state = _optuna_outcome(value, state)
         return self._record(await self.client.tell(self.id, _trial_id(trial), value, state=state,
-                                                   constraints=constraints, user_attrs=user_attrs))
+                                                   constraints=constraints, user_attrs=user_attrs,
+                                                   interrupted=interrupted))
 
     async def enqueue(self, params: dict[str, Any], *, skip_if_exists: bool = True,
                       user_attrs: dict[str, Any] | None = None) -> TrialRecord:

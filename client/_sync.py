@@ -127,6 +127,7 @@ class Client:
         constraints: list[str] | None = None,
         user_attrs: dict[str, Any] | None = None,
         directions: list[str] | None = None,
+        learn_failures: bool | None = None,
     ) -> Study:
         """Create a study, or get the existing one with the same definition; a :class:`~calibo.Study`
         handle on it (its server view is ``study.view``).
@@ -138,6 +139,8 @@ class Client:
         ``pruner`` is a name (``"none"``, ``"median"``, ``"sh"``, ``"hb"``, ``"sh+"``,
         ``"hb+"``) or a dict with its ``"name"`` and options, e.g. ``{"name": "sh+",
         "min_resource": 1, "max_resource": 27, "reduction_factor": 3}``.
+        ``learn_failures=False``: failed trials are recorded, not learned from (by default each one
+        trains the study's model of where trials succeed).
         """
         return Study(self, self._run(
             api.create_study(
@@ -152,6 +155,7 @@ class Client:
                 constraints=constraints,
                 user_attrs=user_attrs,
                 directions=directions,
+                learn_failures=learn_failures,
             ),
         ))
 
@@ -212,16 +216,18 @@ class Client:
         state: str | None = None,
         constraints: list[float] | None = None,
         user_attrs: dict[str, Any] | None = None,
+        interrupted: bool = False,
     ) -> dict[str, Any]:
         """Finish a trial with its ``value`` (a multi-objective study: a list, one value per
-        objective), or ``state="failed"`` / ``"pruned"``.
+        objective), or ``state="failed"`` / ``"pruned"``. ``interrupted=True`` (state failed): the
+        run was stopped from outside, not by its configuration (the study does not learn it as a failure).
 
         A value given as text raises TypeError, a NaN or infinite one ValueError, and nothing is
         told (:meth:`Study.tell` tells such a trial failed, as Optuna does). Telling the same thing
         twice is harmless; telling something different for a finished trial raises
         :class:`~calibo.Conflict`.
         """
-        return self._run(api.tell(study_id, trial_id, value, state, constraints, user_attrs))
+        return self._run(api.tell(study_id, trial_id, value, state, constraints, user_attrs, interrupted))
 
     def report(self, study_id: StudyRef, trial_id: TrialRef, step: int, value: float) -> bool:
         """Report a running trial's intermediate ``value`` at ``step``; True: prune it.

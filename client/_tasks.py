@@ -26,6 +26,7 @@ from ._optimize import (
     ends_heartbeats,
     failed_attrs,
     handle_view,
+    interrupts,
     is_coroutine_callable,
     is_pruned,
     no_trial_error,
@@ -116,7 +117,7 @@ async def _optimize(client: AsyncClient, run: Run, study_id: int, handle: AsyncS
             await asyncio.gather(*tasks, return_exceptions=True)  # each ends its call in flight
             reason = signals.reason() or fail_reason(exc)
             for trial_id in running.close(reason):
-                await _tell_failed_quietly(client, study_id, trial_id, reason)
+                await _tell_failed_quietly(client, study_id, trial_id, reason, interrupted=True)
             if signals.raised is not None and isinstance(exc, asyncio.CancelledError):
                 this.uncancel()  # cancelled here for the signal: raise what it stands for
                 raise signals.raised from None
@@ -241,7 +242,8 @@ async def _work(
             else:
                 if running.finish(trial.id):
                     try:
-                        await _uncut(_tell_failed_quietly(client, study_id, trial.id, fail_reason(exc), attrs))
+                        await _uncut(_tell_failed_quietly(client, study_id, trial.id, fail_reason(exc), attrs,
+                                                          interrupted=interrupts(exc)))
                     finally:
                         running.end_call()
                 raise
@@ -265,7 +267,7 @@ async def _ask_into(client: AsyncClient, running: Running, study_id: int, worker
         trial = trials[0]
         if running.add(trial.id):
             return trial
-        await _tell_failed_quietly(client, study_id, trial.id, running.reason)
+        await _tell_failed_quietly(client, study_id, trial.id, running.reason, interrupted=True)
         return None
     finally:
         running.end_call()
@@ -283,10 +285,12 @@ async def _tell_outcome(client: AsyncClient, study_id: int, trial_id: int, told:
         raise
 
 async def _tell_failed_quietly(client: AsyncClient, study_id: int, trial_id: int, reason: str | None,
-                               attrs: dict[str, Any] | None = None) -> None:
-    """Best effort: the objective's own error (or cancellation) is what propagates."""
+                               attrs: dict[str, Any] | None = None, interrupted: bool = False) -> None:
+    """Best effort: the objective's own error (or cancellation) is what propagates. ``interrupted``
+    as in the threads' ``_tell_failed_quietly``."""
     try:
-        await client.tell(study_id, trial_id, state="failed", user_attrs=failed_attrs(reason, attrs))
+        await client.tell(study_id, trial_id, state="failed", user_attrs=failed_attrs(reason, attrs),
+                          interrupted=interrupted)
     except (CaliboError, asyncio.CancelledError):
         pass
 

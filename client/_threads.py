@@ -25,6 +25,7 @@ from ._optimize import (
     ends_heartbeats,
     failed_attrs,
     handle_view,
+    interrupts,
     is_pruned,
     no_trial_error,
     notifier,
@@ -147,7 +148,7 @@ def _stop(client: Client, run: Run, running: Running, study_id: int, reason: str
     and wait for the asks and tells in flight."""
     run.stopped.set()
     for trial_id in running.close(reason):
-        _tell_failed_quietly(client, study_id, trial_id, reason)
+        _tell_failed_quietly(client, study_id, trial_id, reason, interrupted=True)
     running.wait_calls()
 
 def _work(loop: _Loop, worker: str, signals: StopSignals) -> None:
@@ -176,7 +177,7 @@ def _work(loop: _Loop, worker: str, signals: StopSignals) -> None:
                     if running.finish(trial.id):  # else the run was stopped and told it failed
                         try:
                             _tell_failed_quietly(client, study_id, trial.id, fail_reason(exc),
-                                                 params.told_attrs())
+                                                 params.told_attrs(), interrupted=interrupts(exc))
                         finally:
                             running.end_call()
                 raise
@@ -200,7 +201,7 @@ def _ask_into(client: Client, running: Running, study_id: int, worker: str) -> T
         trial = trials[0]
         if running.add(trial.id):
             return trial
-        _tell_failed_quietly(client, study_id, trial.id, running.reason)  # stopped while asking
+        _tell_failed_quietly(client, study_id, trial.id, running.reason, interrupted=True)  # stopped while asking
         return None
     finally:
         running.end_call()
@@ -224,10 +225,12 @@ def _reporter(client: Client, study_id: int, trial: Trial) -> Reporter:
     return Reporter(trial, send)
 
 def _tell_failed_quietly(client: Client, study_id: int, trial_id: int, reason: str | None,
-                         attrs: dict[str, object] | None = None) -> None:
-    """Best effort: the objective's own error is the one to raise."""
+                         attrs: dict[str, object] | None = None, interrupted: bool = False) -> None:
+    """Best effort: the objective's own error is the one to raise. ``interrupted``: the run was
+    stopped, its configuration did not fail (the study does not learn it as a failure)."""
     try:
-        client.tell(study_id, trial_id, state="failed", user_attrs=failed_attrs(reason, attrs))
+        client.tell(study_id, trial_id, state="failed", user_attrs=failed_attrs(reason, attrs),
+                    interrupted=interrupted)
     except CaliboError:
         pass
 

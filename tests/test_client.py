@@ -1066,8 +1066,8 @@ def test_async_optimize_cancelled_tells_running_trials_failed() -> None:
         assert server.asks == 2
         cancelled = {"fail_reason": "CancelledError"}
         assert sorted(server.tells, key=lambda t: t["trial"]) == [
-            {"trial": 1, "state": "failed", "user_attrs": cancelled},
-            {"trial": 2, "state": "failed", "user_attrs": cancelled},
+            {"trial": 1, "state": "failed", "user_attrs": cancelled, "interrupted": True},  # not learned
+            {"trial": 2, "state": "failed", "user_attrs": cancelled, "interrupted": True},
         ]
 
     asyncio.run(main())

@@ -29,7 +29,9 @@ from calibo import AsyncClient, Client, InvalidRequest
 KEYBOARD = {"fail_reason": "KeyboardInterrupt"}
 
 def failed(trial: int, reason: dict[str, str] = KEYBOARD) -> dict[str, Any]:
-    return {"trial": trial, "state": "failed", "user_attrs": reason}
+    """The tell of a trial whose run was stopped: failed, and interrupted (its configuration is not
+    learned as a failure)."""
+    return {"trial": trial, "state": "failed", "user_attrs": reason, "interrupted": True}
 
 
 class Intercept:

@@ -257,3 +257,53 @@ def test_migration_0008_keeps_keys_as_written_and_turns_json_null_into_null(data
         assert list(st.definition(info.id)["space"]) == ["zz", "a", "mmm"]  # as written, on both backends
     finally:
         st.close()
+
+
+# ------------------------------------------------------------------ migration 0010
+def test_migration_0010_counts_the_failures_a_fit_learns_from(database_url: str) -> None:
+    """Failed trials stored before 0010 are counted in ``studies.n_failed``, but for one the service
+    failed for a silent worker; the fit's inputs hold the same ones."""
+    from datetime import UTC, datetime
+
+    from alembic import command
+    from alembic.config import Config
+
+    from calibo.server.migrations import DIRECTORY
+
+    def migrate(revision: str) -> None:
+        engine = make_engine(database_url)
+        try:
+            with engine.begin() as conn:
+                cfg = Config(str(DIRECTORY / "alembic.ini"))
+                cfg.set_main_option("script_location", str(DIRECTORY))
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, revision)
+        finally:
+            engine.dispose()
+
+    migrate("0009")
+    engine = make_engine(database_url)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    definition = '{"space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}, "direction": "minimize", ' \
+                 '"seed": 0, "config": {}, "service": {}}'
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO studies (name, definition, created_at, next_number, n_complete, "
+                                 "finish_seq, state, snapshot_version, snapshot_n_obs) VALUES ('old', :d, :t, 4, 1, 4, "
+                                 ":s, 0, 0)"), {"d": definition, "t": now, "s": "{}"})
+            for number, state, record in ((0, "complete", None), (1, "failed", None),
+                                          (2, "failed", '{"reason": "heartbeat timeout"}'), (3, "failed", None)):
+                conn.execute(sa.text("INSERT INTO trials (study_id, number, state, params, ukey, record, asked_at, "
+                                     "value) VALUES (1, :n, :st, :p, :k, :r, :t, :v)"),
+                             {"n": number, "st": state, "p": f'{{"x": 0.{number}}}', "k": str(number), "r": record,
+                              "t": now, "v": 1.0 if state == "complete" else None})
+    finally:
+        engine.dispose()
+    migrate("head")
+    st = Storage(database_url)
+    try:
+        info = st.get_study(1)
+        assert (info.n_failed, info.snapshot_n_failed) == (2, 0)
+        assert st.fit_inputs(1).failed == [{"x": 0.1}, {"x": 0.3}]
+    finally:
+        st.close()

@@ -90,7 +90,7 @@ AUTH_DOC = Security(bearer)
 def create_study(body: S.StudyCreate, response: Response, svc: Svc) -> dict[str, Any]:
     info, created = svc.create(body.name, body.plain_space(), body.direction, body.surrogate, body.acquisition,
                                body.seed, body.plain_settings(), body.plain_pruner(), body.constraints,
-                               body.user_attrs, body.directions)
+                               body.user_attrs, body.directions, body.learn_failures)
     if not created:
         response.status_code = 200
     return svc.view(info)
@@ -229,7 +229,7 @@ async def ask(
 async def tell(study: StudyRef, trial_id: TrialId, body: S.TellRequest, svc: Svc, by: By = None) -> Response:
     sid = await _aresolve(svc, study, by)
     view, _ = await svc.tell(sid, trial_id, body.value, body.state, body.constraints, body.user_attrs,
-                             body.values)
+                             body.values, body.interrupted)
     return fast_json(view)
 
 

@@ -31,11 +31,12 @@ class FitResult:
     device: str
     snapshot: bytes
     device_fallback: str | None = None  # why a CUDA fit was refitted on the CPU
+    n_failed: int = 0  # failed configurations it learned from
 
     @classmethod
     def of(cls, snap: Snapshot) -> FitResult:
         return cls(snap.n_obs, snap.method, snap.fit_seconds, snap.meta.get("device", "cpu"), snap.to_bytes(),
-                   snap.meta.get("device_fallback"))
+                   snap.meta.get("device_fallback"), int(snap.meta.get("n_failed", 0)))
 
     def __repr__(self) -> str:
         return reprs.build(self, ("n_obs", str(self.n_obs)), ("method", repr(self.method)),
@@ -44,7 +45,7 @@ class FitResult:
 
     def to_dict(self) -> dict[str, Any]:
         out = {"n_obs": self.n_obs, "fit_seconds": self.fit_seconds, "method": self.method, "device": self.device,
-               "snapshot": self.snapshot}
+               "snapshot": self.snapshot, "n_failed": self.n_failed}
         if self.device_fallback:
             out["device_fallback"] = self.device_fallback
         return out
@@ -60,6 +61,7 @@ class StudySpec:
     seed: int = 0
     constraints: tuple[str, ...] = ()  # outcome constraint names: feasible when each value <= 0
     removed: dict[str, Any] = field(default_factory=dict)  # removed settings the stored definition named
+    learn_failures: bool = True  # failed trials train the model of where trials succeed (``failures``)
 
     def __repr__(self) -> str:
         return reprs.build(self, ("params", str(len(self.space.params))), ("directions", repr(list(self.directions))),
@@ -69,14 +71,14 @@ class StudySpec:
     @classmethod
     def from_definition(cls, d: dict[str, Any]) -> StudySpec:
         """A stored definition (``{"space", "direction", "directions"?, "seed", "config",
-        "constraints"?}``); settings that are no longer settings load as their constants
-        (``removed`` lists those named with another value)."""
+        "constraints"?, "learn_failures"?}``); settings that are no longer settings load as their
+        constants (``removed`` lists those named with another value)."""
         settings, removed = migrate(d["config"])
         directions = tuple(d.get("directions") or (d["direction"],))
         for x in directions:
             sign_of(x)
         return cls(SearchSpace.from_dict(d["space"]), EngineConfig.from_dict(settings), directions,
-                   int(d["seed"]), tuple(d.get("constraints") or ()), removed)
+                   int(d["seed"]), tuple(d.get("constraints") or ()), removed, d.get("learn_failures", True) is not False)
 
     @property
     def direction(self) -> str:
@@ -93,7 +95,7 @@ class StudySpec:
             constraints: Sequence[Sequence[float]] | None = None, device: str | None = None,
             failed: Sequence[dict[str, Any]] = ()) -> Snapshot:
         """``engine.fit`` of this study on ``observations`` (and the running ``pending``, and the
-        configurations that ``failed``)."""
+        configurations that ``failed``, which it learns from unless the study turned that off)."""
         return fit(observations, self.space, self.config, self.direction, self.seed, device=device,
                    pending=pending, constraints=constraints, directions=self.directions if self.multi else None,
-                   failed=failed)
+                   failed=failed if self.learn_failures else ())

@@ -458,7 +458,7 @@ class RemoteBackend:
         value = _value_of(trial, state, values)
         try:
             if not self._ran_as_suggested(trial, stored.get("server", {})):
-                self.client.tell(sid, tid, state="failed", user_attrs={
+                self.client.tell(sid, tid, state="failed", interrupted=True, user_attrs={
                     "fail_reason": "the Optuna trial ran other parameters than suggested; added as told"})
                 self._add(study, sid, trial, state, values)
                 return

@@ -207,7 +207,8 @@ class CaliboSampler(BaseSampler):
         learn_failures: learn from the study's FAIL trials (an objective that raised, returned NaN,
             a trial told failed) where trials run at all: a calibrated probability of success weighs
             the acquisition and no near-duplicate of a failure is proposed (``engine.failures``).
-            Off, a failed configuration is only never proposed again. In-process mode only.
+            Off, a failed configuration is only never proposed again. With ``url``, the server
+            study's ``learn_failures`` (set when this sampler creates it).
 
     A multi-objective study (``optuna.create_study(directions=[...])``, 2 to 4 objectives) gets
     one calibrated surrogate per objective and the engine's multi-objective acquisition (EHVI for
@@ -250,7 +251,8 @@ class CaliboSampler(BaseSampler):
                 self._independent = TrialSeededRandom(seed)
             settings_sent = dict(settings or {})
             self._remote = RemoteBackend(url, token, study_name, seed, {
-                "surrogate": surrogate, "acquisition": acquisition, "settings": settings_sent or None})
+                "surrogate": surrogate, "acquisition": acquisition, "settings": settings_sent or None,
+                "learn_failures": None if learn_failures else False})
         self._fits: dict[tuple[int, str], tuple[tuple, Any]] = {}  # (study, space) -> (observed key, Snapshot)
         self._adapted: dict[tuple, tuple[list[int], StudyState | None]] = {}  # replayed states per study + space
         # (storage, study, trial, key) -> what was kept for the trial (``_put``): this process's own, and

@@ -9,7 +9,9 @@ about trials and times).
 from .db import make_engine, upgrade, write_engine
 from .info import (
     EXPIRED,
+    INTERRUPTED,
     FitInputs,
+    Progress,
     StudyInfo,
     as_utc,
     best_trial_of,
@@ -24,10 +26,12 @@ from .tx import StudyTx
 
 __all__ = [
     "EXPIRED",
+    "INTERRUPTED",
     "FINISHED_STATES",
     "ORIGINS",
     "TRIAL_STATES",
     "FitInputs",
+    "Progress",
     "SnapshotRow",
     "Storage",
     "StudyInfo",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import delete, select, update
 
 from ..errors import NotFound
-from .info import FitInputs, now
+from .info import FitInputs, blameless, now
 from .models import SnapshotRow, StudyRow, TrialRow
 
 SNAPSHOTS_KEPT = 3  # newest snapshots per study; older ones are deleted when a fit lands
@@ -18,7 +18,8 @@ class FitQueries:
     def fit_inputs(self, study_id: int) -> FitInputs | None:
         """What a fit of ``study_id`` needs, or None if the study is gone."""
         with self._read() as s:
-            row = s.execute(select(StudyRow.definition, StudyRow.snapshot_n_obs, StudyRow.revision)
+            row = s.execute(select(StudyRow.definition, StudyRow.snapshot_n_obs, StudyRow.revision,
+                                   StudyRow.snapshot_n_failed)
                             .where(StudyRow.id == study_id)).first()
             if row is None:
                 return None
@@ -39,18 +40,27 @@ class FitQueries:
             running = s.execute(select(TrialRow.params)
                                 .where(TrialRow.study_id == study_id, TrialRow.state == "running")
                                 .order_by(TrialRow.number)).scalars().all()
+            # the failed configurations, but for trials the service failed because their worker fell silent
+            failed = [p for p, record in s.execute(select(TrialRow.params, TrialRow.record)
+                                                   .where(TrialRow.study_id == study_id, TrialRow.state == "failed")
+                                                   .order_by(TrialRow.number))
+                      if not blameless(record)]
             return FitInputs(row[0], observations, row[1], list(running),
-                             constraints if constrained else None, int(row[2] or 0))
+                             constraints if constrained else None, int(row[2] or 0), failed, int(row[3] or 0))
 
     def save_snapshot(self, study_id: int, *, n_obs: int, method: str, fit_seconds: float,
-                      data: bytes, device: str | None = None, revision: int | None = None) -> int | None:
-        """Store a fit's snapshot if it is newer than the study's; return its version. ``revision``: the
-        definition's revision the fit read (``FitInputs.revision``); a fit of a space that has grown
-        since is not stored (its candidates lack the new parameters)."""
+                      data: bytes, device: str | None = None, revision: int | None = None,
+                      n_failed: int = 0) -> int | None:
+        """Store a fit's snapshot if it is newer than the study's; return its version. A fit on
+        ``n_obs`` observations and ``n_failed`` failures is newer when it saw more observations, or
+        as many and more failures (both only grow). ``revision``: the definition's revision the fit
+        read (``FitInputs.revision``); a fit of a space that has grown since is not stored (its
+        candidates lack the new parameters)."""
         try:
             with self.locked(study_id) as tx:
                 st = tx.study
-                if n_obs <= st.snapshot_n_obs or (revision is not None and revision != st.revision):
+                stale = (n_obs, n_failed) <= (st.snapshot_n_obs, st.snapshot_n_failed or 0)
+                if stale or (revision is not None and revision != st.revision):
                     return None
                 version = st.snapshot_version + 1
                 tx.session.add(SnapshotRow(study_id=study_id, version=version, n_obs=n_obs, method=method,
@@ -58,6 +68,7 @@ class FitQueries:
                                            data=data))
                 st.snapshot_version = version
                 st.snapshot_n_obs = n_obs
+                st.snapshot_n_failed = n_failed
                 st.fitted_at = now()
                 st.fit_error = None
                 tx.session.execute(delete(SnapshotRow).where(SnapshotRow.study_id == study_id,

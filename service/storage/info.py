@@ -6,17 +6,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import Conflict
 from .models import TrialRow
 
 EXPIRED = "heartbeat timeout"  # the ``reason`` recorded on a running trial failed for silence
+INTERRUPTED = "interrupted"  # the ``reason`` recorded on a trial told failed because its run was stopped
 
 
 def expired(trial: TrialRow) -> bool:
     """Failed by the service because its worker fell silent, not told by anyone."""
     return trial.state == "failed" and (trial.record or {}).get("reason") == EXPIRED
+
+
+def blameless(record: dict[str, Any] | None) -> bool:
+    """A failed trial's record says it was not its configuration that failed (the service failed it
+    for silence, or its run was interrupted): no fit learns from it."""
+    return (record or {}).get("reason") in (EXPIRED, INTERRUPTED)
 
 
 def not_alive(trial: TrialRow, timeout: float) -> Conflict:
@@ -62,6 +69,8 @@ class StudyInfo:
     fit_device: str | None = None
     user_attrs: dict[str, Any] | None = None
     revision: int = 0  # changes of the definition (its space grew)
+    n_failed: int = 0  # failed trials a fit learns from (not those failed for a silent worker)
+    snapshot_n_failed: int = 0  # how many of them the newest snapshot learned
 
 
 @dataclass
@@ -72,6 +81,20 @@ class FitInputs:
     running: list[dict[str, Any]] = field(default_factory=list)  # params of the running trials, by number
     constraints: list[list[float]] | None = None  # each observation's constraint values (constrained studies)
     revision: int = 0  # the definition's revision: a snapshot fitted on another is not saved
+    failed: list[dict[str, Any]] = field(default_factory=list)  # params of the failed trials a fit learns from
+    snapshot_n_failed: int = 0  # failures the newest snapshot learned
+
+
+class Progress(NamedTuple):
+    """Where a study's newest snapshot stands against its trials (``Storage.progress``)."""
+
+    n_complete: int
+    fitted_on: int  # observations the newest snapshot saw
+    running: int
+    n_failed: int = 0  # failures a fit learns from
+    fitted_failures: int = 0  # how many of them the newest snapshot learned
+    trial_seconds: float | None = None  # with ``pace``: the median trial's run time
+    fit_seconds: float | None = None  # with ``pace``: the newest fit's time
 
 
 def best_trial_of(t: TrialRow) -> dict[str, Any]:

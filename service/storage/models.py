@@ -78,12 +78,15 @@ class StudyRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     next_number: Mapped[int] = mapped_column(Integer, default=0)
     n_complete: Mapped[int] = mapped_column(Integer, default=0)
+    # failed trials a fit learns from: told or added failed, not failed by the service for silence
+    n_failed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     finish_seq: Mapped[int] = mapped_column(Integer, default=0)  # trials finished so far, in order
     state: Mapped[dict[str, Any]] = mapped_column(Json)
     best_trial_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     best_value: Mapped[float | None] = mapped_column(Double, nullable=True)
     snapshot_version: Mapped[int] = mapped_column(Integer, default=0)
     snapshot_n_obs: Mapped[int] = mapped_column(Integer, default=0)
+    snapshot_n_failed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # failures it learned
     fitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     fit_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     user_attrs: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)

@@ -10,7 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ..errors import Conflict, NotFound
-from .info import StudyInfo, as_utc, best_trial_of, now
+from .info import Progress, StudyInfo, as_utc, best_trial_of, blameless, now
 from .models import FINISHED_STATES, TRIAL_STATES, IntermediateRow, SnapshotRow, StudyRow, TrialRow
 from .tx import StudyTx
 
@@ -24,7 +24,8 @@ def _info(row: StudyRow, counts: dict[str, int]) -> StudyInfo:
         best_trial_id=row.best_trial_id, best_value=row.best_value,
         snapshot_version=row.snapshot_version, snapshot_n_obs=row.snapshot_n_obs,
         fitted_at=as_utc(row.fitted_at), fit_error=row.fit_error, counts=full,
-        user_attrs=row.user_attrs, revision=row.revision or 0,
+        user_attrs=row.user_attrs, revision=row.revision or 0, n_failed=row.n_failed or 0,
+        snapshot_n_failed=row.snapshot_n_failed or 0,
     )
 
 
@@ -85,8 +86,11 @@ class StudyQueries:
                 source = s.scalars(select(TrialRow).where(TrialRow.study_id == source_id,
                                                           TrialRow.state.in_(FINISHED_STATES))
                                    .order_by(TrialRow.number)).all()
+                # a trial failed for a silent worker or an interrupted run stays one (its record says
+                # so): no fit learns from it
                 specs = [{"params": t.params, "ukey": t.ukey, "state": t.state, "value": t.value, "values": t.values,
-                          "constraints": t.constraints, "user_attrs": t.user_attrs, "origin": "copied"}
+                          "constraints": t.constraints, "user_attrs": t.user_attrs, "origin": "copied",
+                          "record": t.record if t.state == "failed" and blameless(t.record) else None}
                          for t in source]
                 tx = StudyTx(s, row)
                 tx.add_finished(specs, lambda v: better(v, row.best_value))
@@ -197,21 +201,23 @@ class StudyQueries:
             s.execute(delete(TrialRow).where(TrialRow.study_id == study_id))
             s.execute(delete(StudyRow).where(StudyRow.id == study_id))
 
-    def progress(self, study_id: int, pace: bool = False) -> tuple:
-        """``(completed trials, observations in the newest snapshot, running trials)``; with
-        ``pace``, also ``(trial seconds, fit seconds)`` in the same read (``_pace``), read only
-        while trials run and the snapshot lags the completed ones (None otherwise)."""
+    def progress(self, study_id: int, pace: bool = False) -> Progress:
+        """Completed trials and learnable failures against those the newest snapshot saw, and the
+        running trials; with ``pace``, also the trial and fit seconds in the same read (``_pace``),
+        read only while trials run and the snapshot lags (None otherwise)."""
         with self._read() as s:
-            row = s.execute(select(StudyRow.n_complete, StudyRow.snapshot_n_obs)
+            row = s.execute(select(StudyRow.n_complete, StudyRow.snapshot_n_obs, StudyRow.n_failed,
+                                   StudyRow.snapshot_n_failed)
                             .where(StudyRow.id == study_id)).first()
             if row is None:
                 raise NotFound(f"study {study_id} not found", field="study")
             running = int(s.scalar(select(func.count()).select_from(TrialRow)
                                    .where(TrialRow.study_id == study_id, TrialRow.state == "running")) or 0)
-            if not pace:
-                return row[0], row[1], running
-            paced = _pace(s, study_id) if running and row[1] < row[0] else (None, None)
-            return row[0], row[1], running, *paced
+            out = Progress(row[0], row[1], running, int(row[2] or 0), int(row[3] or 0))
+            if pace and running and (row[1] < row[0] or out.fitted_failures < out.n_failed):
+                trial_s, fit_s = _pace(s, study_id)
+                out = out._replace(trial_seconds=trial_s, fit_seconds=fit_s)
+            return out
 
 
 def _pace(s: Session, study_id: int, last: int = 20) -> tuple[float | None, float | None]:

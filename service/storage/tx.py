@@ -11,7 +11,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from ..errors import NotFound
-from .info import EXPIRED, RunningTrial, as_utc, feasible, now
+from .info import EXPIRED, RunningTrial, as_utc, blameless, feasible, now
 from .models import IntermediateRow, SnapshotRow, StudyRow, TrialRow
 
 log = logging.getLogger("calibo.storage")
@@ -162,6 +162,8 @@ class StudyTx:
             trial.values = values
         if user_attrs:
             trial.user_attrs = {**(trial.user_attrs or {}), **user_attrs}
+        if state == "failed" and not blameless(record):
+            self.study.n_failed = (self.study.n_failed or 0) + 1
         if state == "complete":
             self.study.n_complete += 1
             if better:
@@ -173,7 +175,8 @@ class StudyTx:
         the study's counter; ``better(value)`` says whether a feasible completed value beats the best.
 
         Each spec has ``params``, ``ukey``, ``state``, ``value``, and optionally ``constraints``,
-        ``values``, ``user_attrs`` and ``origin`` (``added`` by default).
+        ``values``, ``user_attrs``, ``origin`` (``added`` by default) and ``record`` (a copied trial's,
+        where it says why the service failed it).
         """
         t0 = now()
         out = []
@@ -182,13 +185,15 @@ class StudyTx:
             row = TrialRow(study_id=self.study.id, number=self.study.next_number, state=spec["state"],
                            params=spec["params"], ukey=spec["ukey"], value=spec.get("value"),
                            constraints=spec.get("constraints"), values=spec.get("values"),
-                           user_attrs=spec.get("user_attrs"), origin=spec.get("origin", "added"),
+                           user_attrs=spec.get("user_attrs"), origin=spec.get("origin", "added"), record=spec.get("record"),
                            asked_at=spec.get("asked_at") or t0, finished_at=t0, finish_seq=self.study.finish_seq)
             self.study.next_number += 1
             self.session.add(row)
             out.append(row)
         self.session.flush()
         for row in out:
+            if row.state == "failed" and not blameless(row.record):
+                self.study.n_failed = (self.study.n_failed or 0) + 1
             if row.state == "complete":
                 self.study.n_complete += 1
                 if feasible(row.constraints) and better(row.value):
@@ -218,6 +223,7 @@ class StudyTx:
         self.session.execute(delete(SnapshotRow).where(SnapshotRow.study_id == st.id))
         st.snapshot_version = 0
         st.snapshot_n_obs = 0
+        st.snapshot_n_failed = 0
         st.fitted_at = None
         st.fit_error = None
 

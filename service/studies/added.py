@@ -89,7 +89,8 @@ class AddedTrials:
             rows = tx.add_finished(specs, lambda v: sd.better(v, tx.study.best_value))
             views = [trial_view(r) for r in rows]
             n_complete = tx.study.n_complete
-        if any(spec["state"] == "complete" for spec in specs) and sd.config.fits(n_complete) \
+        news = ("complete", "failed") if sd.learn_failures else ("complete",)  # what a fit learns from
+        if any(spec["state"] in news for spec in specs) and sd.config.fits(n_complete) \
                 and self.fits is not None:
             self.fits.request(study_id)
         return views

@@ -68,10 +68,14 @@ def check_name(name: str) -> str:
 
 def build_definition(name: str, space: Any, direction: str, surrogate: str | None,
                      acquisition: str | None, seed: int | None, settings: dict[str, Any] | None,
-                     pruner: Any = None, constraints: Any = None, directions: Any = None) -> dict[str, Any]:
+                     pruner: Any = None, constraints: Any = None, directions: Any = None,
+                     learn_failures: Any = True) -> dict[str, Any]:
     """The canonical stored form of a create request; raises InvalidRequest naming the field.
-    ``directions`` (2-4): a multi-objective study, whose ``direction`` is its first objective's."""
+    ``directions`` (2-4): a multi-objective study, whose ``direction`` is its first objective's.
+    ``learn_failures`` False: failed trials do not train the study's model of where trials succeed."""
     check_name(name)
+    if not isinstance(learn_failures, bool):
+        raise InvalidRequest("must be true or false", field="learn_failures")
     if directions is not None:
         try:
             directions = check_directions(directions)
@@ -138,6 +142,8 @@ def build_definition(name: str, space: Any, direction: str, surrogate: str | Non
             out["constraints"] = list(check_constraint_names(constraints))
         except FieldError as e:
             raise InvalidRequest(e.message, field=e.field) from None
+    if not learn_failures:  # likewise: studies that learn from failures (the default) keep their stored form
+        out["learn_failures"] = False
     return out
 
 
@@ -176,8 +182,11 @@ MAX_LISTED = 8  # differences a name_conflict spells out in its message
 def definition_differences(existing: dict[str, Any], requested: dict[str, Any]) -> list[dict[str, Any]]:
     """What differs between two stored definitions, as the create request's fields:
     ``[{"field": "seed", "existing": 0, "requested": 42}, ...]`` (a field absent on one side is null)."""
+    def spelled(d: dict[str, Any]) -> dict[str, Any]:  # a default the stored form leaves out, as sent
+        return d if "learn_failures" in d else {**d, "learn_failures": True}
+
     return [{"field": _request_field(p), "existing": x, "requested": y}
-            for p, x, y in _differences(existing, requested, ())]
+            for p, x, y in _differences(spelled(existing), spelled(requested), ())]
 
 
 def conflict_message(name: str, differences: list[dict[str, Any]]) -> str:

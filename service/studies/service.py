@@ -78,11 +78,13 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
     def create(self, name: str, space: Any, direction: str = "minimize", surrogate: str | None = None,
                acquisition: str | None = None, seed: int | None = None,
                settings: dict[str, Any] | None = None, pruner: Any = None, constraints: Any = None,
-               user_attrs: Any = None, directions: Any = None) -> tuple[StudyInfo, bool]:
+               user_attrs: Any = None, directions: Any = None, learn_failures: Any = True,
+               ) -> tuple[StudyInfo, bool]:
         """Create a study, or answer the existing one of the same name and definition (its user
-        attributes updated with ``user_attrs``); ``directions``: a multi-objective study."""
+        attributes updated with ``user_attrs``); ``directions``: a multi-objective study;
+        ``learn_failures`` False: failed trials are recorded, not learned from."""
         definition = build_definition(name, space, direction, surrogate, acquisition, seed, settings, pruner,
-                                      constraints, directions)
+                                      constraints, directions, learn_failures)
         return self._create(name, definition, user_attrs)
 
     def _create(self, name: str, definition: dict[str, Any], attrs: dict[str, Any] | None) -> tuple[StudyInfo, bool]:
@@ -187,15 +189,16 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
         wait = self.settings.ask_wait_seconds if sd.ask_wait_seconds is None else sd.ask_wait_seconds
         if wait <= 0 or self.fits is None or self._inflight[sd.id] > 1:
             return
-        n_complete, fitted_on, running, trial_s, fit_s = self.storage.progress(sd.id, pace=True)
-        if not sd.config.fits(n_complete) or fitted_on >= n_complete:
+        p = self.storage.progress(sd.id, pace=True)
+        n_failed = p.n_failed if sd.learn_failures else 0  # a failure alone is news to a fit that learns them
+        if not sd.config.fits(p.n_complete) or (p.fitted_on >= p.n_complete and p.fitted_failures >= n_failed):
             return
-        if running:
-            wait = crowd_wait(trial_s, fit_s, wait)
+        if p.running:
+            wait = crowd_wait(p.trial_seconds, p.fit_seconds, wait)
             if wait <= 0:
                 return
         self.fits.request(sd.id)  # coalesces with a queued one; restarts one lost with a restart
-        self.fits.wait(sd.id, n_complete, wait)
+        self.fits.wait(sd.id, p.n_complete, wait, n_failed)
 
     async def _study_async(self, study_id: int) -> StudyDef:
         sd = self._defs.get(study_id)
@@ -267,24 +270,29 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
     async def tell(self, study_id: int, trial_id: int, value: float | None = None,
                    state: str | None = None, constraints: list[float] | None = None,
                    user_attrs: dict[str, Any] | None = None, values: list[float] | None = None,
-                   ) -> tuple[dict[str, Any], bool]:
+                   interrupted: bool = False) -> tuple[dict[str, Any], bool]:
         """Finish a trial. Returns ``(trial view, changed)``; repeating a tell changes nothing.
 
         ``values``: a multi-objective study's objectives (instead of ``value``).
         ``constraints``: the trial's constraint values (every constraint of the study, required to
         complete a constrained study's trial); ``user_attrs`` are merged into the trial's.
         Concurrent tells (and asks) on one study commit together: see ``_write_batch``.
+        ``interrupted`` (state failed): stopped from outside, not a failure of the configuration
+        (recorded so; no fit learns from it).
         """
         sd = await self._study_async(study_id)
         state = state or "complete"
+        if interrupted and state != "failed":
+            raise InvalidRequest("only a failed trial can be interrupted", field="interrupted")
         value, values = check_outcome(sd, state, value, values)
         constraints = check_constraints(sd, state, constraints)
         with self._active(study_id):
             view, changed, n_complete = await self._writes(
-                study_id, ("tell", (trial_id, value, state, constraints, user_attrs, values)))
+                study_id, ("tell", (trial_id, value, state, constraints, user_attrs, values, interrupted)))
         if changed and self.metrics is not None:
             self.metrics.told.labels(state).inc()
-        feeds = state == "complete" or (state == "pruned" and value is not None and sd.pruner.feed_pruned)
+        feeds = state == "complete" or (state == "pruned" and value is not None and sd.pruner.feed_pruned) \
+            or (state == "failed" and sd.learn_failures and not interrupted)
         # with pruned values fed, completed trials undercount the observations: fit_study counts them
         enough = sd.pruner.feed_pruned or sd.config.fits(n_complete)
         if changed and feeds and enough and self.fits is not None:

@@ -9,7 +9,7 @@ from typing import Any
 from calibo.engine import Prediction, StudyState
 
 from ..errors import Conflict, NotFound
-from ..storage import StudyTx, expired, feasible
+from ..storage import INTERRUPTED, StudyTx, expired, feasible
 from .definitions import StudyDef
 from .outcomes import same_value
 from .views import trial_view
@@ -24,7 +24,7 @@ class TellSteps:
         trials = tx.trials([item[0] for item in items])
         adaptive = None  # loaded at the first completion, adapted tell by tell, stored once
         adapted = False
-        for trial_id, value, state, constraints, attrs, values in items:
+        for trial_id, value, state, constraints, attrs, values, interrupted in items:
             trial = trials.get(trial_id)
             if trial is None:
                 out.append(NotFound(f"trial {trial_id} not found in study {study_id}", field="trial_id"))
@@ -66,7 +66,8 @@ class TellSteps:
                 tx.finish(trial, "complete", value, None if record is None else record.to_dict(), better, constraints=constraints, values=values,
                           user_attrs=attrs)
             else:
-                tx.finish(trial, state, value, constraints=constraints, user_attrs=attrs)
+                tx.finish(trial, state, value, {"reason": INTERRUPTED} if interrupted else None,
+                          constraints=constraints, user_attrs=attrs)
             out.append((trial_view(trial), True))
         if adapted:
             tx.set_state(adaptive.to_dict())

@@ -105,9 +105,12 @@ def fit_study(study_id: int, storage: Storage | None = None, save: bool = True) 
         return {"study_id": study_id, "status": "deleted"}
     spec = StudySpec.from_definition(inputs.definition)
     n = len(inputs.observations)
-    if not spec.config.fits(n) or n <= inputs.snapshot_n_obs:
-        return {"study_id": study_id, "status": "current", "n_obs": inputs.snapshot_n_obs}
-    snap = spec.fit(inputs.observations, pending=inputs.running, constraints=inputs.constraints, device=_device)
+    failed = inputs.failed if spec.learn_failures else []
+    if not spec.config.fits(n) or (n, len(failed)) <= (inputs.snapshot_n_obs, inputs.snapshot_n_failed):
+        return {"study_id": study_id, "status": "current", "n_obs": inputs.snapshot_n_obs,
+                "n_failed": inputs.snapshot_n_failed}
+    snap = spec.fit(inputs.observations, pending=inputs.running, constraints=inputs.constraints, device=_device,
+                    failed=failed)
     result = {"study_id": study_id, "status": "fitted", **FitResult.of(snap).to_dict(), "revision": inputs.revision}
     return result if not save else store(storage, result)
 
@@ -121,7 +124,8 @@ def store(storage: Storage, result: dict[str, Any]) -> dict[str, Any]:
         log.warning("study %s: %s", result["study_id"], result["device_fallback"])
     version = storage.save_snapshot(result["study_id"], n_obs=result["n_obs"], method=result["method"],
                                     fit_seconds=result["fit_seconds"], data=data,
-                                    device=result.get("device", "cpu"), revision=result.get("revision"))
+                                    device=result.get("device", "cpu"), revision=result.get("revision"),
+                                    n_failed=result.get("n_failed", 0))
     log.debug("study %s: fitted on %d observations in %.3f s (version %s)",
               result["study_id"], result["n_obs"], result["fit_seconds"], version)
     return result | {"status": "fitted" if version else "superseded", "version": version}

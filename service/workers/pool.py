@@ -48,6 +48,7 @@ class _StudyFits:
     dirty: bool = False
     attempts: int = 0
     fitted_n_obs: int = 0
+    fitted_n_failed: int = 0
     last_error: str | None = None
     stalled: bool = False  # gave up while the database was unreachable: resumed by resume_stalled()
 
@@ -121,13 +122,14 @@ class FitPool:
             st = self._studies.get(study_id)
             return bool(st and st.running)
 
-    def wait(self, study_id: int, n_obs: int, timeout: float) -> bool:
-        """Wait until a fit on at least ``n_obs`` observations landed, none is running, or timeout."""
+    def wait(self, study_id: int, n_obs: int, timeout: float, n_failed: int = 0) -> bool:
+        """Wait until a fit on at least ``n_obs`` observations (and ``n_failed`` failures) landed,
+        none is running, or timeout."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
                 st = self._studies.get(study_id)
-                if st is None or st.fitted_n_obs >= n_obs:
+                if st is None or (st.fitted_n_obs >= n_obs and st.fitted_n_failed >= n_failed):
                     return st is not None
                 if not st.running:
                     return False
@@ -151,7 +153,7 @@ class FitPool:
         with self._cond:
             st = self._studies.get(study_id)
             if st is not None:
-                st.fitted_n_obs = 0
+                st.fitted_n_obs = st.fitted_n_failed = 0
 
     def forget(self, study_id: int) -> None:
         with self._cond:
@@ -273,6 +275,7 @@ class FitPool:
                 st.attempts = 0
                 st.last_error = None
                 st.fitted_n_obs = max(st.fitted_n_obs, int(res.get("n_obs") or 0))
+                st.fitted_n_failed = max(st.fitted_n_failed, int(res.get("n_failed") or 0))
                 if res.get("status") == "deleted":
                     self._studies.pop(study_id, None)
                 elif st.dirty:

@@ -119,17 +119,22 @@ class QueueFits:
             states = set()
         return {"fitting": "doing" in states, "queued": pending or "todo" in states}
 
-    def wait(self, study_id: int, n_obs: int, timeout: float) -> bool:
-        """Wait until a snapshot on at least ``n_obs`` observations is stored, no fit of the study is
-        queued or running, or ``timeout``; polls the database, so it holds across replicas."""
+    def wait(self, study_id: int, n_obs: int, timeout: float, n_failed: int = 0) -> bool:
+        """Wait until a snapshot on at least ``n_obs`` observations (and ``n_failed`` failures) is
+        stored, no fit of the study is queued or running, or ``timeout``; polls the database, so it
+        holds across replicas."""
+        def landed() -> bool:
+            p = self.storage.progress(study_id)
+            return p.fitted_on >= n_obs and p.fitted_failures >= n_failed
+
         deadline = time.monotonic() + timeout
         while True:
-            if self.storage.progress(study_id)[1] >= n_obs:
+            if landed():
                 return True
             with self._cond:
                 pending = study_id in self._dirty
             if not pending and not self._job_states(study_id) & {"todo", "doing"}:
-                return self.storage.progress(study_id)[1] >= n_obs  # it may have landed just now
+                return landed()  # it may have landed just now
             left = deadline - time.monotonic()
             if left <= 0:
                 return False

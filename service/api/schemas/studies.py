@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool
 
 from calibo.engine.acquisition import ACQUISITIONS
 from calibo.engine.config import MAX_OBJECTIVES
@@ -54,6 +54,10 @@ class StudyCreate(RequestBody):
         None, max_length=MAX_CONSTRAINTS, description=f"names of outcome constraints (at most {MAX_CONSTRAINTS}): "
         "every completed trial is told one value per constraint and is feasible when each is <= 0; the best "
         "trial is the best feasible one", examples=[["model_mb", "latency_ms"]])
+    learn_failures: StrictBool = Field(
+        True, description="failed trials train a calibrated model of where trials succeed, which weighs every "
+        "candidate by its probability of success, and near-duplicates of a failed configuration are not asked "
+        "again (docs: concepts/failures); false: failures are only recorded")
     user_attrs: UserAttrs | None = None
 
     def plain_space(self) -> dict[str, Any]:
@@ -90,6 +94,8 @@ class SurrogateStatus(BaseModel):
     snapshot_version: int | None = Field(description="newest stored fit; null before the first")
     fitted_on: int = Field(description="completed trials that fit saw")
     lag: int = Field(description="completed trials told since that fit")
+    fitted_failures: int = Field(0, description="failed trials that fit learned from (none where the study "
+                                 "does not learn from failures)")
     method: str | None = Field(description="raw, cv+, split, crossval or jab+")
     fitted_at: datetime | None
     fit_seconds: float | None
@@ -135,6 +141,7 @@ class StudyView(BaseModel):
     acquisition: str
     pruner: dict[str, Any] = Field(description="the pruner and its settings")
     constraints: list[str] = Field([], description="outcome constraint names")
+    learn_failures: bool = Field(True, description="whether failed trials train the model of where trials succeed")
     user_attrs: dict[str, Any] = {}
     settings: dict[str, Any]
     removed_settings: dict[str, Any] | None = Field(None, description="settings the study was created with "

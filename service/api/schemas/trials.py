@@ -64,6 +64,10 @@ class TellRequest(RequestBody):
     constraints: Values | None = Field(None, description="one value per study constraint, in order; feasible "
                                        "when each is <= 0 (a completed trial of a constrained study needs them)")
     user_attrs: UserAttrs | None = Field(None, description="merged into the trial's attributes")
+    interrupted: StrictBool = Field(
+        False, description="with state failed: the run was stopped from outside (a signal, a shutdown, "
+        "parameters other than suggested), not by its configuration; the study's model of where trials "
+        "succeed does not learn from it")
 
 
 class EnqueueRequest(RequestBody):
