@@ -18,6 +18,7 @@ from . import acquisition as acq
 from . import crowd, multi, reprs
 from .config import SEARCH_CONFORMALIZED_FROM, EngineConfig
 from .conformal import pair_alphas, pair_intervals
+from .failures import likely
 from .outcomes import sign_of
 from .prediction import Interval, OutcomePrediction, Prediction
 from .scoring import MultiScore, narrows, scored, with_feasibility
@@ -186,8 +187,8 @@ def select(
         alive[[index[k] for k in busy_keys if k in index]] = False
     elif busy_keys:  # given candidates may repeat a configuration
         alive &= np.array([k not in busy_keys for k in keys])
-    if snapshot.success is not None:  # a near-duplicate of a failed configuration is never proposed
-        alive &= np.isfinite(snapshot.success)
+    if snapshot.success is not None:  # no near-duplicate of a failure; what likely runs, where any does
+        alive = likely(snapshot.success, alive)
     alphas = np.array([s.alpha for s in state.states], dtype=float)
     Q = snapshot.bounds.at(alphas)  # what each suggestion's prediction reports, and adapt scores
     raw_search = snapshot.n_obs < SEARCH_CONFORMALIZED_FROM
