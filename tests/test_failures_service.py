@@ -140,11 +140,13 @@ def test_the_remote_sampler_creates_its_study_with_the_switch(server: LiveServer
 
     def objective(trial: optuna.Trial) -> float:
         x = trial.suggest_float("x", 0.0, 1.0)
-        if x > 0.5:
+        if x > 0.8:
             raise ValueError("crashed")
         return x
 
-    study.optimize(objective, n_trials=4, catch=(ValueError,))
+    # the server study is made once a completed trial gives the sampler a search space to model
+    study.optimize(objective, n_trials=6, catch=(ValueError,))
+    assert any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
     with Client(server.url) as client:
         view = client.load_study(name, by="name").view
     assert view["learn_failures"] is False
