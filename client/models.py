@@ -105,6 +105,7 @@ class TrialRecord:
     worker_id: str | None = None
     asked_at: datetime | None = None
     finished_at: datetime | None = None
+    failure: str | None = None  # a failed trial: "crashed", "interrupted" or "expired"
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -133,6 +134,7 @@ class TrialRecord:
             worker_id=data.get("worker_id"),
             asked_at=_time(data.get("asked_at")),
             finished_at=_time(data.get("finished_at")),
+            failure=data.get("failure"),
             raw=dict(data),
         )
 

@@ -20,6 +20,16 @@ def expired(trial: TrialRow) -> bool:
     return trial.state == "failed" and (trial.record or {}).get("reason") == EXPIRED
 
 
+def failure_of(trial: TrialRow) -> str | None:
+    """How a failed trial failed: ``crashed`` (its run failed: the study learns from it),
+    ``interrupted`` (its run was stopped from outside) or ``expired`` (its worker fell silent); None
+    for a trial that did not fail."""
+    if trial.state != "failed":
+        return None
+    reason = (trial.record or {}).get("reason")
+    return "expired" if reason == EXPIRED else "interrupted" if reason == INTERRUPTED else "crashed"
+
+
 def blameless(record: dict[str, Any] | None) -> bool:
     """A failed trial's record says it was not its configuration that failed (the service failed it
     for silence, or its run was interrupted): no fit learns from it."""

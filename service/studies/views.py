@@ -8,7 +8,7 @@ from calibo.engine import StudyState
 from calibo.engine.config import migrate
 from calibo.engine.prediction import public_prediction
 
-from ..storage import StudyInfo, TrialRow, as_utc, feasible
+from ..storage import StudyInfo, TrialRow, as_utc, failure_of, feasible
 
 
 def asked_view(t: TrialRow) -> dict[str, Any]:
@@ -34,6 +34,7 @@ def trial_view(t: TrialRow) -> dict[str, Any]:
         "constraints": t.constraints,
         "feasible": None if t.constraints is None else feasible(t.constraints),
         "origin": t.origin or "asked",
+        "failure": failure_of(t),
         "user_attrs": t.user_attrs or {},
         "prediction": public_prediction(t.prediction),
         "worker_id": t.worker_id,

@@ -157,6 +157,10 @@ class TrialView(BaseModel):
     constraints: list[float] | None = None
     feasible: bool | None = Field(None, description="every constraint <= 0 (null without constraints)")
     origin: Literal["asked", "enqueued", "added", "copied"] = "asked"
+    failure: Literal["crashed", "interrupted", "expired"] | None = Field(
+        None, description="a failed trial: crashed (its run failed; the study learns from it unless created "
+        "with learn_failures false), interrupted (told so: stopped from outside) or expired (no heartbeat "
+        "within the timeout); null otherwise")
     user_attrs: dict[str, Any] = {}
     prediction: dict[str, Any] | None
     worker_id: str | None
