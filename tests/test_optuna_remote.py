@@ -9,6 +9,7 @@ define-by-run objective reveals parameters.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -284,3 +285,25 @@ def test_a_wrong_token_is_a_clear_error_and_the_right_one_works(tmp_path: Path,
         assert all("calibo:remote" in t.system_attrs for t in right.trials[1:])
     finally:
         srv.stop()
+
+
+def test_a_study_name_past_the_servers_bound_is_cut_with_a_hash_of_the_whole(server) -> None:  # noqa: ANN001
+    """docs/how-to/optuna.md: a name over 255 characters is cut to 200 and suffixed with a hash of the
+    whole; two such names sharing their first 200 characters are two server studies."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    from calibo import Client
+
+    stem = "s" * 250
+    names = []
+    for tail in ("-a", "-b"):
+        given = f"{stem}{tail}-{len(names)}-" + "x" * 10  # 265 characters
+        study = optuna.create_study(sampler=CaliboSampler(url=server.url, study_name=given, n_startup_trials=1,
+                                                          seed=0))
+        study.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=3)
+        names.append(given)
+    cut = [f"{n[:200]}-{hashlib.sha1(n.encode()).hexdigest()[:10]}" for n in names]  # as the how-to says
+    assert cut[0] != cut[1] and cut[0][:200] == cut[1][:200]
+    with Client(server.url) as client:
+        studies = [client.load_study(n, by="name").view for n in cut]
+    assert [s["trials"]["complete"] for s in studies] == [3, 3], studies
+    assert studies[0]["id"] != studies[1]["id"]
