@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from calibo.engine import ConfigError, Optimizer, SearchSpace
-from calibo.engine import failures
+from calibo.engine import ConfigError, Optimizer, SearchSpace, failures
 from calibo.engine.failures import LIKELY, NEAR, likely, log_success, near_failed
 
 BOX = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "y": {"type": "float", "low": 0.0, "high": 1.0}}
@@ -111,12 +110,12 @@ def test_suggestions_run_with_the_calibrated_probability_the_constraint_asks(mon
     """Where the crash region borders the minimum, the weighted acquisition alone keeps choosing
     candidates the failure model says fail (the outcome model knows nothing of the region, so its
     expected improvement there stays large); with the chance constraint every suggestion made on the
-    model runs with probability at least LIKELY, and the runs fail less. Measured here (3 seeds, 40
-    trials): 18 failures in all with it, 63 without."""
-    with_it = [_failures(seed) for seed in range(3)]
+    model runs with probability at least LIKELY, and the runs fail less. Measured here (40 trials):
+    6, 6 and 6 failures with it on seeds 0-2, 20, 24 and 19 without; the test runs seeds 0 and 1."""
+    with_it = [_failures(seed) for seed in range(2)]
     assert all(p >= LIKELY - 1e-6 for _, ps in with_it for p in ps), with_it
     monkeypatch.setattr(failures, "LIKELY", 1e-300)
-    without = [_failures(seed) for seed in range(3)]
+    without = [_failures(seed) for seed in range(2)]
     assert sum(n for n, _ in with_it) < 0.6 * sum(n for n, _ in without), (with_it, without)
 
 
