@@ -102,6 +102,26 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return make_database_url(request, request.param, tmp_path)
 
 
+
+def migrate_to(database_url: str, revision: str, down: bool = False) -> None:
+    """Upgrade (or, ``down``, downgrade) the database to Alembic ``revision``, as ``calibo migrate``
+    does to head: the migration tests' way to build a database of an older revision."""
+    from alembic import command
+    from alembic.config import Config
+
+    from calibo.server.migrations import DIRECTORY
+    from calibo.server.storage import make_engine
+
+    engine = make_engine(database_url)
+    try:
+        with engine.begin() as conn:
+            cfg = Config(str(DIRECTORY / "alembic.ini"))
+            cfg.set_main_option("script_location", str(DIRECTORY))
+            cfg.attributes["connection"] = conn
+            (command.downgrade if down else command.upgrade)(cfg, revision)
+    finally:
+        engine.dispose()
+
 # ------------------------------------------------------------------ servers
 @dataclass
 class LiveServer:

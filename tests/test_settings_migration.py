@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from conftest import LiveServer, unique
+from conftest import LiveServer, migrate_to, unique
 
 from calibo.engine import ConfigError, EngineConfig, Optimizer, StudyState
 from calibo.engine.config import REMOVED, migrate
@@ -191,30 +191,6 @@ def test_a_version_3_state_naming_a_removed_variant_loads_with_the_constant() ->
 
 
 # ------------------------------------------------------------------ migration 0007
-def _alembic(conn: sa.Connection):
-    from alembic.config import Config
-
-    from calibo.server.migrations import DIRECTORY
-
-    cfg = Config(str(DIRECTORY / "alembic.ini"))
-    cfg.set_main_option("script_location", str(DIRECTORY))
-    cfg.attributes["connection"] = conn
-    return cfg
-
-
-def _migrate(url: str, revision: str, down: bool = False) -> None:
-    from alembic import command
-
-    from calibo.server.storage import make_engine
-
-    engine = make_engine(url)
-    try:
-        with engine.begin() as conn:
-            (command.downgrade if down else command.upgrade)(_alembic(conn), revision)
-    finally:
-        engine.dispose()
-
-
 def _rows(url: str, table: str, *columns: str) -> list[tuple]:
     from calibo.server.storage import make_engine
 
@@ -230,7 +206,7 @@ def _rows(url: str, table: str, *columns: str) -> list[tuple]:
 def test_migration_0007_carries_the_adaptive_states_into_one_column_and_back(database_url: str) -> None:
     from calibo.server.storage import make_engine
 
-    _migrate(database_url, "0006")
+    migrate_to(database_url, "0006")
     now = datetime(2026, 1, 1, tzinfo=UTC)
     # the three shapes the service wrote: one objective alone; with a constraint; two objectives with a constraint
     single = StudyState.initial(EngineConfig(), 11)
@@ -275,7 +251,7 @@ def test_migration_0007_carries_the_adaptive_states_into_one_column_and_back(dat
             "intermediate_values": _rows(database_url, "intermediate_values", "study_id", "trial_id", "step")}
     assert [len(v) for v in kept.values()] == [3, 3, 3]
 
-    _migrate(database_url, "head")
+    migrate_to(database_url, "head")
     got = dict(_rows(database_url, "studies", "name", "state"))
     for name, _, _, _, state in studies:
         assert set(got[name]) == {"seed", "states", "objectives", "constraints"}
@@ -288,7 +264,7 @@ def test_migration_0007_carries_the_adaptive_states_into_one_column_and_back(dat
     ids_after_upgrade = [r[0] for r in _rows(database_url, "studies", "id")]
     assert ids_after_upgrade == [1, 2, 3]
 
-    _migrate(database_url, "0006", down=True)
+    migrate_to(database_url, "0006", down=True)
     back = {r[0]: (r[1], r[2]) for r in _rows(database_url, "studies", "name", "adaptive", "head_adaptive")}
     for name, _, adaptive, heads, _ in studies:
         assert back[name] == (adaptive, heads), name
@@ -308,7 +284,7 @@ def test_a_migrated_database_serves_its_studies(database_url: str) -> None:
     from calibo.server.storage import Storage, make_engine
     from calibo.server.studies import StudyService, build_definition
 
-    _migrate(database_url, "0006")
+    migrate_to(database_url, "0006")
     definition = build_definition("old", BRANIN, "minimize", None, None, 3, {"n_warmup": 4})
     definition["config"] = old_config({"n_warmup": 4})
     state = StudyState.initial(EngineConfig(n_warmup=4), 3, n_constraints=0).to_dict()

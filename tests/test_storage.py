@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import sqlalchemy as sa
+from conftest import migrate_to
 from sqlalchemy import inspect
 
 from calibo.server.errors import Conflict, NotFound
@@ -163,21 +164,10 @@ def test_a_database_from_before_the_studies_features_upgrades_and_serves(databas
     its definition, trials and calibration state, and is served by the new code."""
     import asyncio
 
-    from alembic import command
-    from alembic.config import Config
-
     from calibo.server.config import Settings
-    from calibo.server.migrations import DIRECTORY
-    from calibo.server.storage import make_engine
     from calibo.server.studies import StudyService
 
-    cfg = Config(str(DIRECTORY / "alembic.ini"))
-    cfg.set_main_option("script_location", str(DIRECTORY))
-    engine = make_engine(database_url)
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0005")
-    engine.dispose()
+    migrate_to(database_url, "0005")
     old = Storage(database_url, migrate=False)
     space = {"x": {"type": "float", "low": 0, "high": 1}}
     with old.engine.begin() as conn:  # what the code of revision 0005 wrote: no new columns
@@ -209,31 +199,13 @@ def test_a_database_from_before_the_studies_features_upgrades_and_serves(databas
         st.close()
 
 
-def upgrade_to(database_url: str, revision: str) -> None:
-    """Migrate the database to ``revision`` (Alembic's ``upgrade``), as ``calibo migrate`` would to head."""
-    from alembic import command
-    from alembic.config import Config
-
-    from calibo.server.migrations import DIRECTORY
-
-    engine = make_engine(database_url)
-    try:
-        with engine.begin() as conn:
-            cfg = Config(str(DIRECTORY / "alembic.ini"))
-            cfg.set_main_option("script_location", str(DIRECTORY))
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, revision)
-    finally:
-        engine.dispose()
-
-
 # ------------------------------------------------------------------ migration 0008
 def test_migration_0008_keeps_keys_as_written_and_turns_json_null_into_null(database_url: str) -> None:
     """Rows from before 0008: a JSON ``null`` where SQL NULL was meant (a tell after expiry wrote one)
     becomes NULL, every row and value stays; afterwards PostgreSQL keeps keys in the order written."""
     from datetime import UTC, datetime
 
-    upgrade_to(database_url, "0007")
+    migrate_to(database_url, "0007")
     engine = make_engine(database_url)
     now = datetime(2026, 1, 1, tzinfo=UTC)
     try:
@@ -247,7 +219,7 @@ def test_migration_0008_keeps_keys_as_written_and_turns_json_null_into_null(data
                              {"n": number, "p": '{"zz": 0.5, "a": 1}', "r": record, "t": now})
     finally:
         engine.dispose()
-    upgrade_to(database_url, "head")
+    migrate_to(database_url, "head")
     st = Storage(database_url)
     try:
         with st._read() as s:
@@ -267,7 +239,7 @@ def test_migration_0010_counts_the_failures_a_fit_learns_from(database_url: str)
     failed for a silent worker; the fit's inputs hold the same ones."""
     from datetime import UTC, datetime
 
-    upgrade_to(database_url, "0009")
+    migrate_to(database_url, "0009")
     engine = make_engine(database_url)
     now = datetime(2026, 1, 1, tzinfo=UTC)
     definition = '{"space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}, "direction": "minimize", ' \
@@ -285,7 +257,7 @@ def test_migration_0010_counts_the_failures_a_fit_learns_from(database_url: str)
                               "t": now, "v": 1.0 if state == "complete" else None})
     finally:
         engine.dispose()
-    upgrade_to(database_url, "head")
+    migrate_to(database_url, "head")
     st = Storage(database_url)
     try:
         info = st.get_study(1)
