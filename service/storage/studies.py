@@ -201,10 +201,11 @@ class StudyQueries:
             s.execute(delete(TrialRow).where(TrialRow.study_id == study_id))
             s.execute(delete(StudyRow).where(StudyRow.id == study_id))
 
-    def progress(self, study_id: int, pace: bool = False) -> Progress:
+    def progress(self, study_id: int, pace: bool = False, failures: bool = True) -> Progress:
         """Completed trials and learnable failures against those the newest snapshot saw, and the
         running trials; with ``pace``, also the trial and fit seconds in the same read (``_pace``),
-        read only while trials run and the snapshot lags (None otherwise)."""
+        read only while trials run and the snapshot lags (None otherwise). ``failures`` False (a
+        study that does not learn from them): no failure is news to a fit, ``n_failed`` is 0."""
         with self._read() as s:
             row = s.execute(select(StudyRow.n_complete, StudyRow.snapshot_n_obs, StudyRow.n_failed,
                                    StudyRow.snapshot_n_failed)
@@ -213,7 +214,7 @@ class StudyQueries:
                 raise NotFound(f"study {study_id} not found", field="study")
             running = int(s.scalar(select(func.count()).select_from(TrialRow)
                                    .where(TrialRow.study_id == study_id, TrialRow.state == "running")) or 0)
-            out = Progress(row[0], row[1], running, int(row[2] or 0), int(row[3] or 0))
+            out = Progress(row[0], row[1], running, int(row[2] or 0) if failures else 0, int(row[3] or 0))
             if pace and running and (row[1] < row[0] or out.fitted_failures < out.n_failed):
                 trial_s, fit_s = _pace(s, study_id)
                 out = out._replace(trial_seconds=trial_s, fit_seconds=fit_s)

@@ -189,16 +189,16 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
         wait = self.settings.ask_wait_seconds if sd.ask_wait_seconds is None else sd.ask_wait_seconds
         if wait <= 0 or self.fits is None or self._inflight[sd.id] > 1:
             return
-        p = self.storage.progress(sd.id, pace=True)
-        n_failed = p.n_failed if sd.learn_failures else 0  # a failure alone is news to a fit that learns them
-        if not sd.config.fits(p.n_complete) or (p.fitted_on >= p.n_complete and p.fitted_failures >= n_failed):
+        # a failure alone is news to a fit that learns from failures
+        p = self.storage.progress(sd.id, pace=True, failures=sd.learn_failures)
+        if not sd.config.fits(p.n_complete) or (p.fitted_on >= p.n_complete and p.fitted_failures >= p.n_failed):
             return
         if p.running:
             wait = crowd_wait(p.trial_seconds, p.fit_seconds, wait)
             if wait <= 0:
                 return
         self.fits.request(sd.id)  # coalesces with a queued one; restarts one lost with a restart
-        self.fits.wait(sd.id, p.n_complete, wait, n_failed)
+        self.fits.wait(sd.id, p.n_complete, wait, p.n_failed)
 
     async def _study_async(self, study_id: int) -> StudyDef:
         sd = self._defs.get(study_id)
