@@ -151,3 +151,18 @@ def test_the_remote_sampler_creates_its_study_with_the_switch(server: LiveServer
     with Client(server.url) as client:
         view = client.load_study(name, by="name").view
     assert view["learn_failures"] is False
+
+
+def test_a_study_that_does_not_learn_from_failures_neither_refits_nor_waits_for_one(server: LiveServer) -> None:
+    with server.client() as http:
+        sid = create(http, learn_failures=False)["id"]
+        for _ in range(8):
+            t = ask(http, sid)
+            assert tell(http, sid, t["id"], value=loss(t["params"])).status_code == 200
+        before = settled(http, sid)
+        t = ask(http, sid)
+        assert tell(http, sid, t["id"], state="failed").status_code == 200
+        after = settled(http, sid)
+        assert after["fitted_failures"] == 0 and after["snapshot_version"] == before["snapshot_version"], after
+        failed = http.get(f"/v1/studies/{sid}/trials", params={"state": "failed"}).json()["trials"]
+        assert [t["failure"] for t in failed] == ["crashed"]  # recorded as what it was, only not learned
