@@ -166,3 +166,17 @@ def test_a_study_that_does_not_learn_from_failures_neither_refits_nor_waits_for_
         assert after["fitted_failures"] == 0 and after["snapshot_version"] == before["snapshot_version"], after
         failed = http.get(f"/v1/studies/{sid}/trials", params={"state": "failed"}).json()["trials"]
         assert [t["failure"] for t in failed] == ["crashed"]  # recorded as what it was, only not learned
+
+
+def test_trials_added_as_failed_are_learned_too(server: LiveServer) -> None:
+    with server.client() as http:
+        sid = create(http)["id"]
+        for _ in range(8):
+            t = ask(http, sid)
+            assert tell(http, sid, t["id"], value=loss(t["params"])).status_code == 200
+        assert settled(http, sid)["fitted_failures"] == 0
+        r = http.post(f"/v1/studies/{sid}/trials", json={"trials": [{"params": {"x": 0.9, "y": 0.1}, "state": "failed"},
+                                                                   {"params": {"x": 0.8, "y": 0.2}, "state": "failed"}]})
+        assert r.status_code == 201, r.text
+        st = settled(http, sid)  # the added failures queued a fit, which the sequential ask waited for
+        assert (st["fitted_on"], st["fitted_failures"]) == (8, 2), st
