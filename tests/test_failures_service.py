@@ -19,6 +19,7 @@ from calibo.optuna import CaliboSampler
 
 pytestmark = pytest.mark.slow
 
+HEARTBEAT_S = 4.0
 BOX = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "y": {"type": "float", "low": 0.0, "high": 1.0}}
 
 
@@ -76,7 +77,9 @@ def test_the_switch_is_part_of_the_definition(http: httpx.Client) -> None:
 
 def test_a_failure_alone_refits_and_stopped_or_silent_runs_are_not_learned(server: LiveServer) -> None:
     with server.client() as http:
-        study = create(http, settings={**FAST, "heartbeat_timeout_seconds": 1.0})
+        # 4 s: long enough that no trial this test tells at once expires first on a loaded machine (a
+        # failed tell after expiry changes nothing), short enough to wait out for the silent one
+        study = create(http, settings={**FAST, "heartbeat_timeout_seconds": HEARTBEAT_S})
         sid = study["id"]
         for _ in range(8):
             t = ask(http, sid)
@@ -93,7 +96,7 @@ def test_a_failure_alone_refits_and_stopped_or_silent_runs_are_not_learned(serve
         r = tell(http, sid, t["id"], state="failed", interrupted=True)
         assert r.status_code == 200 and r.json()["state"] == "failed"
         silent = ask(http, sid)
-        time.sleep(1.5)  # its worker falls silent: the service fails it
+        time.sleep(HEARTBEAT_S + 0.5)  # its worker falls silent: the service fails it
         assert http.post(f"/v1/studies/{sid}/trials/{silent['id']}/heartbeat").status_code == 409
         t = ask(http, sid)
         assert tell(http, sid, t["id"], state="failed").status_code == 200
