@@ -44,7 +44,9 @@ def prediction(pred: dict[str, Any] | None) -> str | None:
     intervals = [iv for iv in pred.get("intervals") or [] if isinstance(iv, dict)]
     if intervals:
         iv = max(intervals, key=lambda iv: iv.get("coverage") or 0.0)
-        parts.append(f"{100 * float(iv.get('coverage') or 0):g}%=[{value(iv.get('lower'))}, {value(iv.get('upper'))}]")
+        lo, hi = iv.get("lower"), iv.get("upper")  # None: unbounded on that side
+        parts.append(f"{100 * float(iv.get('coverage') or 0):g}%=[{'-inf' if lo is None else value(lo)}, "
+                     f"{'inf' if hi is None else value(hi)}]")
     return ", ".join(parts)
 
 

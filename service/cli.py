@@ -36,9 +36,10 @@ def demo(args: argparse.Namespace) -> int:
         iv = ""
         if pred is not None:
             wide = pred["intervals"][0]
-            inside = "in " if wide["lower"] <= value <= wide["upper"] else "OUT"
-            iv = (f"  {int(wide['coverage'] * 100)}% [{wide['lower']:8.3f}, {wide['upper']:8.3f}] "
-                  f"{inside} ({pred['method']})")
+            lo, hi = wide["lower"], wide["upper"]  # None: unbounded on that side
+            inside = "in " if (lo is None or lo <= value) and (hi is None or value <= hi) else "OUT"
+            ends = ("    -inf" if lo is None else f"{lo:8.3f}", "     inf" if hi is None else f"{hi:8.3f}")
+            iv = f"  {int(wide['coverage'] * 100)}% [{ends[0]}, {ends[1]}] {inside} ({pred['method']})"
         print(f"{i + 1:4d}  value {value:9.4f}  best {opt.best[1]:8.4f}{iv}")
     dt = time.perf_counter() - t0
     print(f"best {opt.best[1]:.6f} at {opt.best[0]}; {1000 * dt / args.trials:.1f} ms per trial")

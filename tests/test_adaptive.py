@@ -106,3 +106,44 @@ def test_unknown_kinds_raise() -> None:
     with pytest.raises(ValueError):
         state_from_dict({"kind": "nope"})
     assert isinstance(new_state("none", 0.2), FixedState)
+
+
+def test_aci_keeps_its_long_run_bound_on_the_shown_intervals_where_no_score_bounds_the_outcome() -> None:
+    """ACI's guarantee (Gibbs & Candes 2021, Prop. 4.1), for any outcomes: the issued intervals'
+    miss rate over T steps is within (max(a_1, 1 - a_1) + gamma) / (gamma T) of the target. It
+    needs the interval at alpha < 1/(n+1) to be the whole line. Here half the outcomes land beyond
+    every score (a model optimistic wherever it is asked, as in a search that picks where it errs
+    low): clamped at the extreme point, the shown interval missed all of them whatever alpha did,
+    so every pair missed half the time and alpha fell without end. Through ``adapt_outcome``, on
+    intervals built as ``select`` shows them (each pair's own set, nested)."""
+    from calibo.engine import EngineConfig
+    from calibo.engine.adapt import adapt_outcome
+    from calibo.engine.conformal import pair_alphas, pair_intervals
+    from calibo.engine.prediction import Interval, OutcomePrediction
+    from calibo.engine.state import initial_states
+
+    config = EngineConfig()
+    rng = np.random.default_rng(3)
+    D = np.sort(np.abs(rng.normal(size=20)))
+    pts = np.stack([np.tile(np.sort(-D), (5, 1)), np.tile(D, (5, 1))])  # (2, P, n): a zero prediction
+    states = initial_states(config)
+    nominal = pair_alphas(config.level_grid)
+    T, gamma = 400, config.aci_gamma
+    misses, lowest, unbounded = [], 1.0, 0
+    for _ in range(T):
+        alphas = np.array([s.alpha for s in states])
+        lows, highs = pair_intervals(pts, alphas)
+        ivs = [Interval(round(1 - float(a), 10), float(al), float(lo), float(hi))
+               for a, al, lo, hi in zip(nominal, alphas, lows, highs, strict=True)]
+        pred = OutcomePrediction("split", list(config.level_grid), [0.0] * len(config.level_grid), 0.0, ivs,
+                                 points=pts)
+        y = 100.0 if rng.uniform() < 0.5 else float(rng.normal())
+        states, record = adapt_outcome(states, pred, y)
+        misses.append([not c for c in record.covered])
+        unbounded += record.to_dict()["upper"][0] is None  # an unbounded end is null as data
+        lowest = min(lowest, *(s.alpha for s in states))
+    rate = np.mean(misses, axis=0)
+    bound = (max(nominal.max(), 1 - nominal.min()) + gamma) / (gamma * T)
+    assert np.all(np.abs(rate - nominal) <= bound), (rate, nominal, bound)
+    assert lowest > -gamma  # no wind-up: an unbounded interval covers, and alpha climbs back
+    assert unbounded > 0

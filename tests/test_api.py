@@ -203,7 +203,13 @@ def test_sequential_loop_gets_calibrated_predictions_and_adapts(http: httpx.Clie
         else:
             assert p is not None and len(p["quantiles"]) == 10 and p["fitted_on"] == i  # fresh fit
             assert [iv["coverage"] for iv in p["intervals"]] == [0.9, 0.7, 0.5, 0.3, 0.1]
-            assert all(iv["lower"] <= iv["upper"] for iv in p["intervals"])
+            ends = [(-math.inf if iv["lower"] is None else iv["lower"], math.inf if iv["upper"] is None else iv["upper"])
+                    for iv in p["intervals"]]
+            assert all(lo <= hi for lo, hi in ends)
+            # CV+'s 90% interval needs 9 scores to be bounded: on 8 it is the whole line, sent as nulls;
+            # the raw quantiles are always bounded
+            if p["method"] == "raw" or (p["method"] == "cv+" and i < 9):
+                assert (p["intervals"][0]["upper"] is None) == (p["method"] == "cv+"), (i, p)
             assert "points" not in p and "sign" not in p
             methods.append(p["method"])
         r = tell(http, sid, t["id"], value=branin(t["params"]))
@@ -224,8 +230,12 @@ def test_sequential_loop_gets_calibrated_predictions_and_adapts(http: httpx.Clie
     cal = http.get(f"/v1/studies/{sid}/calibration").json()
     assert cal["n"] == 17 and len(cal["trials"]) == 17 and cal["nominal"] == [0.9, 0.7, 0.5, 0.3, 0.1]
     for row in cal["trials"]:
-        for iv in row["intervals"]:
-            assert iv["covered"] == (iv["lower"] <= row["value"] <= iv["upper"])
+        for iv in row["intervals"]:  # an unbounded end (null) covers every value on its side
+            assert iv["covered"] == ((iv["lower"] is None or iv["lower"] <= row["value"])
+                                     and (iv["upper"] is None or row["value"] <= iv["upper"]))
+    unbounded = sum(row["intervals"][0]["upper"] is None for row in cal["trials"])
+    assert unbounded >= 1 and cal["summary"]["unbounded_share"][0] == unbounded / 17
+    assert all(w is not None and w > 0 for w in cal["summary"]["mean_width"])  # over the bounded ones
     assert len(cal["cumulative_coverage"]) == 17 and len(cal["alpha_trajectory"]) == 17
     assert cal["conformal"]["n"] == 17 - methods.count("raw")
     assert 0 <= cal["summary"]["coverage"][0] <= 1 and len(cal["summary"]["llr"]) == 5

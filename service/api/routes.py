@@ -313,10 +313,11 @@ def importance(study: StudyRef, svc: Svc, by: By = None,
 @router.get("/studies/{study}/calibration", tags=["calibration"], response_class=FiniteJSON,
             summary="Prediction at ask vs outcome, coverage, breach rate, width, alpha trajectory",
             description="`trials`: for each completed trial that had a prediction, its intervals "
-            "(bounds, alpha used, covered) and quantiles at ask, and the outcome. "
+            "(bounds, null where unbounded; alpha used; covered) and quantiles at ask, and the outcome. "
             "`cumulative_coverage` and `rolling_coverage` (trailing `window` trials) per interval pair "
             "after each trial; `alpha_trajectory`: the alphas the intervals were built at; `summary` "
             "(all predicted trials) and `conformal` (conformalized ones only): coverage, breach rate, "
-            "rolling coverage error over windows of 20, mean width, LLR of breaches vs params, RMSCE.")
+            "rolling coverage error over windows of 20, mean width of the bounded intervals, share of unbounded "
+            "ones, LLR of breaches vs params, RMSCE.")
 def calibration(study: StudyRef, svc: Svc, by: By = None) -> dict[str, Any]:
     return svc.calibration(_resolve(svc, study, by))

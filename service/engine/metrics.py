@@ -65,8 +65,21 @@ def rolling_coverage_error(covered: np.ndarray, nominal: Sequence[float], window
 
 
 def mean_width(widths: np.ndarray) -> np.ndarray:
+    """Mean width per level over the bounded intervals (an unbounded one, ``None`` or infinite in a
+    record, has no width to average: ``unbounded_share`` counts them); NaN where none is bounded."""
+    w = np.asarray(widths, dtype=float)  # None reads as NaN
+    if not w.size:
+        return np.full(w.shape[-1] if w.ndim == 2 else 0, np.nan)
+    bounded = np.isfinite(w)
+    n = bounded.sum(axis=0)
+    total = np.where(bounded, w, 0.0).sum(axis=0)
+    return np.where(n > 0, total / np.maximum(n, 1), np.nan)
+
+
+def unbounded_share(widths: np.ndarray) -> np.ndarray:
+    """Share of the intervals per level with an unbounded end (see ``mean_width``)."""
     w = np.asarray(widths, dtype=float)
-    return w.mean(axis=0) if w.size else np.full(w.shape[-1] if w.ndim == 2 else 0, np.nan)
+    return (~np.isfinite(w)).mean(axis=0) if w.size else np.full(w.shape[-1] if w.ndim == 2 else 0, np.nan)
 
 
 def llr_breaches(X: np.ndarray, breached: np.ndarray) -> float:
@@ -117,6 +130,7 @@ def summarize(records: Sequence[dict[str, Any]], features: np.ndarray | None = N
         "breach_rate": breach_rate(covered).tolist(),
         "rolling_coverage_error": rolling_coverage_error(covered, cov_levels, window).tolist(),
         "mean_width": mean_width(widths).tolist(),
+        "unbounded_share": unbounded_share(widths).tolist(),
     }
     if features is not None:
         idx = [i for i, r in enumerate(records) if not conformal_only or r["method"] != "raw"]

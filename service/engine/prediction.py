@@ -8,6 +8,7 @@ same with the point sets as one binary blob.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,21 +20,36 @@ from . import reprs
 Points = Literal["array", "list", "none"]
 
 
+def end_out(v: float) -> float | None:
+    """An interval's end (or width) as data: an unbounded one (infinite) is ``None`` (JSON ``null``)."""
+    return None if v is None or math.isinf(v) else v
+
+
+def end_in(v: float | None, unbounded: float) -> float:
+    """An interval's end read back from data: ``None`` is ``unbounded`` (``-inf`` below, ``inf`` above)."""
+    return unbounded if v is None else v
+
+
 @dataclass
 class Interval:
-    """One interval pair's calibrated interval, in the user's units, at the alpha it was built with."""
+    """One interval pair's calibrated interval, in the user's units, at the alpha it was built with.
+
+    An end is infinite where the pair's alpha asks for more coverage than its scores can bound (the
+    conformal set is then unbounded on that side: ``conformal.pair_interval``); as data it is
+    ``None``."""
 
     coverage: float
     alpha: float
     lower: float
     upper: float
 
-    def to_dict(self) -> dict[str, float]:
-        return {"coverage": self.coverage, "alpha": self.alpha, "lower": self.lower, "upper": self.upper}
+    def to_dict(self) -> dict[str, float | None]:
+        return {"coverage": self.coverage, "alpha": self.alpha, "lower": end_out(self.lower),
+                "upper": end_out(self.upper)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Interval:
-        return cls(d["coverage"], d["alpha"], d["lower"], d["upper"])
+        return cls(d["coverage"], d["alpha"], end_in(d["lower"], -math.inf), end_in(d["upper"], math.inf))
 
 
 @dataclass
@@ -189,13 +205,20 @@ class OutcomeRecord:
                            ("mean", reprs.value(self.mean)), ("covered", covered))
 
     def to_dict(self) -> dict[str, Any]:
+        """As data; an unbounded end, and so its width, is ``None`` (see ``Interval``)."""
         return {"method": self.method, "coverage": self.coverage, "alpha": self.alpha, "covered": self.covered,
-                "lower": self.lower, "upper": self.upper, "width": self.width, "beta": self.beta,
+                "lower": [end_out(v) for v in self.lower], "upper": [end_out(v) for v in self.upper],
+                "width": [end_out(v) for v in self.width], "beta": self.beta,
                 "mean": self.mean, "levels": self.levels, "quantiles": self.quantiles, "value": self.value}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> OutcomeRecord:
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+        rec = cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+        for name, unbounded in (("lower", -math.inf), ("upper", math.inf), ("width", math.inf)):
+            ends = getattr(rec, name)
+            if ends is not None:
+                setattr(rec, name, [end_in(v, unbounded) for v in ends])
+        return rec
 
 
 @dataclass

@@ -7,6 +7,8 @@ here changes what the engine computes.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 import numpy as np
@@ -46,6 +48,11 @@ def params(p: dict[str, Any] | None, width: int = PARAMS) -> str:
     return "{" + out + "}"
 
 
+def end(v: Any, unbounded: str) -> str:
+    """An interval's end: an unbounded one (``None`` as data, infinite in an ``Interval``) as ``unbounded``."""
+    return unbounded if v is None or (isinstance(v, float) and math.isinf(v)) else value(v)
+
+
 def interval(mean: Any, intervals: list[Any]) -> str:
     """``mean=1.2, 90%=[0.5, 2.1]``: the mean and the widest interval (dicts or ``Interval``s)."""
     def get(iv: Any, key: str) -> Any:
@@ -54,7 +61,7 @@ def interval(mean: Any, intervals: list[Any]) -> str:
     out = f"mean={value(mean)}"
     if intervals:
         iv = max(intervals, key=lambda iv: get(iv, "coverage") or 0.0)
-        out += f", {100 * float(get(iv, 'coverage') or 0):g}%=[{value(get(iv, 'lower'))}, {value(get(iv, 'upper'))}]"
+        out += f", {100 * float(get(iv, 'coverage') or 0):g}%=[{end(get(iv, 'lower'), '-inf')}, {end(get(iv, 'upper'), 'inf')}]"
     return out
 
 

@@ -70,7 +70,8 @@ def _outcome(bounds, method: str, levels: np.ndarray, row: int, Q: np.ndarray, a
     else:
         lows, highs = pair_intervals(pts, alphas[: nominal.size])
     for j, a in enumerate(nominal):
-        lo, hi = (float(v) for v in warp.inverse(np.array([lows[j], highs[j]])))
+        ends = np.array([lows[j], highs[j]])
+        lo, hi = (float(v) for v in np.where(np.isinf(ends), ends, warp.inverse(ends)))  # unbounded stays so
         if sign < 0:
             lo, hi = -hi, -lo
         intervals.append(Interval(round(1.0 - float(a), 10), float(alphas[j]), float(lo), float(hi)))

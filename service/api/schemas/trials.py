@@ -42,8 +42,8 @@ class AskedTrial(BaseModel):
     origin: Literal["enqueued"] | None = Field(None, description="enqueued: handed out from the queue")
     user_attrs: dict[str, Any] | None = None
     prediction: dict[str, Any] | None = Field(
-        description="calibrated quantiles, mean and intervals the configuration was chosen on; "
-        "null during the quasi-random warm start"
+        description="calibrated quantiles, mean and intervals the configuration was chosen on (an "
+        "interval's end is null where it is unbounded: too few scores for its coverage); null during the quasi-random warm start"
     )
 
 

@@ -9,9 +9,9 @@ lower end is the matching lower quantile):
     upper(x) = ceil((1-a)(n+1))-th smallest of { hi_i(x) + D_i }
 
 For split this is ``Q_lo(x) - q`` and ``Q_hi(x) + q`` with ``q`` the ``ceil((1-a)(n+1))``-th
-smallest score. An order index outside ``1..n`` would be an infinite bound; for ranking candidates
-it is clamped to the extreme point (and shown so), while ``beta_of`` (what ACI / DtACI read) uses
-the exact rule.
+smallest score. An order index outside ``1..n`` is an infinite bound: a shown interval has that end
+unbounded (``pair_interval``), and ``beta_of`` (what ACI / DtACI read) uses the same exact rule;
+for ranking candidates (``Bounds.at``) it is clamped to the extreme point.
 
 A scaled surrogate's intervals are widened by its spread at the candidate: ``lo(x) - V(x) q`` and
 ``hi(x) + V(x) q`` (ACHO eq. 18). With raw pairs ``mu +- V c`` this is exactly ``mu +- V q_{1-a}(|y
@@ -133,12 +133,22 @@ def interval_from_points(lower_pts: np.ndarray, upper_pts: np.ndarray, alpha: fl
 
 
 def pair_interval(lower: np.ndarray, upper: np.ndarray, alpha: float) -> tuple[float, float]:
-    """One pair's interval at ``alpha`` from a prediction's stored point sets (``Bounds.packed``).
+    """One pair's interval at ``alpha`` from a prediction's stored point sets (``Bounds.packed``):
+    the conformal set ``{y : alpha < beta(y)}`` that ``beta_of`` and so ACI / DtACI refer to.
 
-    Clamped ends, as ``Bounds.at``. Where the ends cross the conformal set is empty (no ``y`` has
-    ``alpha < beta``): it is shown as the zero-width interval at the midpoint of the crossed ends.
+    An end whose order index falls outside ``1..n`` is infinite, as in ACI (Gibbs & Candes 2021):
+    at ``alpha < 1 / (n + 1)`` no score bounds the set and it is the whole line, which covers
+    every outcome. Clamping it to the extreme point (as ``Bounds.at`` does for ranking) would show
+    a set narrower than the one calibrated; ACI would then see misses no alpha can repair and push
+    alpha down without end. Where the ends cross the set is empty (no ``y`` has ``alpha < beta``):
+    it is shown as the zero-width interval at the midpoint of the crossed ends.
     """
+    n = len(lower)
     lo, hi = interval_from_points(lower, upper, alpha)
+    if np.floor(alpha * (n + 1)) < 1:
+        lo = -np.inf
+    if np.ceil((1.0 - alpha) * (n + 1)) > n:
+        hi = np.inf
     return (lo, hi) if lo <= hi else ((lo + hi) / 2.0,) * 2
 
 
@@ -154,7 +164,7 @@ def nested(lower: np.ndarray, upper: np.ndarray) -> tuple[np.ndarray, np.ndarray
     intervals, so that what is shown is what is calibrated."""
     p = len(lower)
     ends = np.concatenate([np.asarray(lower, dtype=float), np.asarray(upper, dtype=float)[::-1]])
-    if np.all(np.diff(ends) >= 0):
+    if np.all(ends[1:] >= ends[:-1]):  # not np.diff: two infinite ends of one sign are in order
         return ends[:p].copy(), ends[p:][::-1].copy()
     sums, sizes = [], []
     for v in ends:  # pool adjacent violators
