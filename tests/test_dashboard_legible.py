@@ -319,6 +319,8 @@ def test_captions_say_what_each_calibration_chart_shows_in_the_studys_numbers(
     covered = sum(t["intervals"][0]["covered"] for t in cal["trials"])
     assert f"{covered} of {cal['n']} results ({pct(covered / cal['n'])}) fell inside" in text["calibration"]
     assert "Good: about 75% of the dots inside" in text["calibration"]
+    opened = sum(t["intervals"][0]["lower"] is None or t["intervals"][0]["upper"] is None for t in cal["trials"])
+    assert ("open end" in text["calibration"]) == (opened > 0), (opened, text["calibration"])
 
     # cumulative and rolling coverage: the route's last shares, the target, the window
     cumulative, rolling = cal["cumulative_coverage"][-1][0], cal["rolling_coverage"][-1][0]
@@ -345,4 +347,29 @@ def test_captions_say_what_each_calibration_chart_shows_in_the_studys_numbers(
     inside = sum(t["intervals"][1]["covered"] for t in cal["trials"])
     assert f"{inside} of {cal['n']} results" in page.text_content('[data-caption="calibration"]')
     assert "Good: about 25% of the dots inside" in page.text_content('[data-caption="calibration"]')
+    assert not page.errors, page.errors
+
+
+def test_the_band_caption_counts_the_intervals_with_an_open_end(legible_server: LiveServer, page) -> None:  # noqa: F811
+    """CV+'s 90% interval needs 9 scores to be bounded: on fewer its upper end is unbounded (null in the
+    calibration route) and the chart leaves it undrawn. The caption says how many bands had an open end,
+    the count the route gives, rather than letting a missing line pass for a narrow band."""
+    space = {"x": {"type": "float", "low": -3, "high": 3}, "y": {"type": "float", "low": -3, "high": 3}}
+    with legible_server.client() as c:
+        r = c.post("/v1/studies", json={"name": "open-ends", "space": space, "seed": 5,
+                                        "settings": {"n_warmup": 5}})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+        for _ in range(30):
+            t = ask(c, sid)
+            tell(c, sid, t["id"], value=(t["params"]["x"] - 1) ** 2 + abs(t["params"]["y"]))
+        cal = c.get(f"/v1/studies/{sid}/calibration").json()
+    assert cal["nominal"][0] == 0.9
+    opened = sum(t["intervals"][0]["lower"] is None or t["intervals"][0]["upper"] is None for t in cal["trials"])
+    assert opened > 0 and cal["summary"]["unbounded_share"][0] == pytest.approx(opened / cal["n"])
+
+    page.goto(f"{legible_server.url}/dashboard?poll=0.3#study={sid}")
+    page.wait_for_function("""() => document.querySelector('[data-caption="calibration"]').dataset.target === '0.9'""")
+    text = page.text_content('[data-caption="calibration"]')
+    assert f"{opened} of the {cal['n']} bands had an open end, not drawn" in text, text
     assert not page.errors, page.errors

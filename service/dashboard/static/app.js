@@ -670,8 +670,9 @@
       axes: axes("trial number", "objective value", y.sig !== "linear"),
       series: [
         { label: "trial" },
-        line("rgba(31, 119, 180, 0.7)", { label: `${label} lower`, width: 1 }),
-        line("rgba(31, 119, 180, 0.7)", { label: `${label} upper`, width: 1 }),
+        // an unbounded end is null: a gap in the band, not a line drawn across it
+        line("rgba(31, 119, 180, 0.7)", { label: `${label} lower`, width: 1, spanGaps: false }),
+        line("rgba(31, 119, 180, 0.7)", { label: `${label} upper`, width: 1, spanGaps: false }),
         line("rgba(60, 60, 60, 0.7)", { label: "predicted mean", width: 1, dash: [4, 4] }),
         { label: "value (inside)", ...dots("#2b8a3e", 7) },
         { label: "value (breach)", ...dots("#e03131", 7) },
@@ -833,11 +834,14 @@
     const m = rows.length;
     const k = rows.filter((t) => t.intervals[pair].covered).length;
     const width = cal.summary && cal.summary.mean_width ? cal.summary.mean_width[pair] : null;
+    const open = rows.filter((t) => t.intervals[pair].lower == null || t.intervals[pair].upper == null).length;
     caption("calibration", judge(k / m, c, m).verdict, [
       "Each dot is a finished trial's result; the shaded band is the range the model predicted for it when",
       `the trial was asked, meant to hold the result ${pct(c)} of the time.`,
       `${k} of ${m} results (${pct(k / m)}) fell inside it (green), ${m - k} outside (red)`
         + `${width == null ? "" : `; the band is ${fmt(width, 3)} wide on average, in the objective's units`}.`,
+      ...(open ? [`${open} of the ${m} bands had an open end, not drawn: too few results to bound the range`
+        + ` at ${pct(c)}, so it covers whatever comes.`] : []),
       `Good: about ${pct(c)} of the dots inside, the red ones scattered rather than in a run.`,
       "A run of red dots means the model is wrong about the region the search is in now: calibo widens",
       "the next bands by itself (alpha, below); if the run goes on, see the rolling coverage.",
