@@ -290,19 +290,25 @@ def pct(share: float) -> str:
     return f"{float(f'{100 * share:.3g}'):g}%"
 
 
+def run_2d_study(server: LiveServer, name: str, seed: int, settings: dict, trials: int = 30) -> int:
+    """A 2-D study of ``trials`` asked and told trials (a bowl at x = 1, y = 0); its id."""
+    space = {"x": {"type": "float", "low": -3, "high": 3}, "y": {"type": "float", "low": -3, "high": 3}}
+    with server.client() as c:
+        r = c.post("/v1/studies", json={"name": name, "space": space, "seed": seed, "settings": settings})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+        for _ in range(trials):
+            t = ask(c, sid)
+            tell(c, sid, t["id"], value=(t["params"]["x"] - 1) ** 2 + abs(t["params"]["y"]))
+    return sid
+
+
 def test_captions_say_what_each_calibration_chart_shows_in_the_studys_numbers(
         legible_server: LiveServer, page) -> None:  # noqa: F811
     """A study of 4 quantile levels has 75% and 25% intervals: every caption speaks of 75%, none of
     90%, and quotes the calibration route's own counts, shares and window."""
-    space = {"x": {"type": "float", "low": -3, "high": 3}, "y": {"type": "float", "low": -3, "high": 3}}
+    sid = run_2d_study(legible_server, "four-levels", 3, {"n_levels": 4, "n_warmup": 5, "conformalize_from": 8})
     with legible_server.client() as c:
-        r = c.post("/v1/studies", json={"name": "four-levels", "space": space, "seed": 3,
-                                        "settings": {"n_levels": 4, "n_warmup": 5, "conformalize_from": 8}})
-        assert r.status_code == 201, r.text
-        sid = r.json()["id"]
-        for _ in range(30):
-            t = ask(c, sid)
-            tell(c, sid, t["id"], value=(t["params"]["x"] - 1) ** 2 + abs(t["params"]["y"]))
         study = c.get(f"/v1/studies/{sid}").json()
         cal = c.get(f"/v1/studies/{sid}/calibration").json()
     assert cal["nominal"] == [0.75, 0.25] and cal["n"] >= 20 and cal["window"] == 20
@@ -354,15 +360,8 @@ def test_the_band_caption_counts_the_intervals_with_an_open_end(legible_server: 
     """CV+'s 90% interval needs 9 scores to be bounded: on fewer its upper end is unbounded (null in the
     calibration route) and the chart leaves it undrawn. The caption says how many bands had an open end,
     the count the route gives, rather than letting a missing line pass for a narrow band."""
-    space = {"x": {"type": "float", "low": -3, "high": 3}, "y": {"type": "float", "low": -3, "high": 3}}
+    sid = run_2d_study(legible_server, "open-ends", 5, {"n_warmup": 5})
     with legible_server.client() as c:
-        r = c.post("/v1/studies", json={"name": "open-ends", "space": space, "seed": 5,
-                                        "settings": {"n_warmup": 5}})
-        assert r.status_code == 201, r.text
-        sid = r.json()["id"]
-        for _ in range(30):
-            t = ask(c, sid)
-            tell(c, sid, t["id"], value=(t["params"]["x"] - 1) ** 2 + abs(t["params"]["y"]))
         cal = c.get(f"/v1/studies/{sid}/calibration").json()
     assert cal["nominal"][0] == 0.9
     opened = sum(t["intervals"][0]["lower"] is None or t["intervals"][0]["upper"] is None for t in cal["trials"])
