@@ -57,8 +57,11 @@ def summarize_k(runs: list[dict], trials: int) -> dict[str, Any]:
     best = {m: {t: float(np.mean([report.value_at(curves[(m, t, s)], trials) for (tt, s) in full if tt == t]))
                 for t in tasks if any(tt == t for tt, _ in full)} for m in methods}
     peers = [m for m in methods if not is_calibo(m)]
-    signs = {str(t): {f"{a} vs {b}": report.sign_test(curves, a, b, full, t) for a in methods if is_calibo(a)
-                      for b in peers} for t in at}
+    # each calibo variant against every peer; the present default also against the other variants
+    rivals = {a: peers + ([m for m in methods if is_calibo(m) and m != a] if a == "calibo" else [])
+              for a in methods if is_calibo(a)}
+    signs = {str(t): {f"{a} vs {b}": report.sign_test(curves, a, b, full, t) for a in rivals for b in rivals[a]}
+             for t in at}
     # a mean of the same quantized scores summed in another order may differ in the last bits: not worse
     worse_than_random = {a: [t for t in best[a] if "random" in best
                              and best[a][t] > best["random"][t] + 1e-12 * abs(best["random"][t])]
