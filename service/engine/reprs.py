@@ -8,7 +8,6 @@ here changes what the engine computes.
 from __future__ import annotations
 
 import math
-
 from typing import Any
 
 import numpy as np
