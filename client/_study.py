@@ -234,7 +234,9 @@ class Study(_Handle):
 
     def calibration(self) -> dict[str, Any]:
         """Prediction at ask against outcome, coverage, breach rate, width and alpha trajectory
-        (per objective under ``objectives`` in a multi-objective study)."""
+        (per objective under ``objectives`` in a multi-objective study). An interval's end is ``None``
+        where it is unbounded (too few scores for its coverage); ``summary["unbounded_share"]`` counts
+        those per interval pair, and ``mean_width`` averages the bounded ones."""
         return self.client.calibration(self.id)
 
     def importance(self, objective: int = 0) -> dict[str, Any]:
