@@ -390,6 +390,14 @@ def test_dashboard_shows_a_multi_objective_study(open_server: LiveServer, page) 
         assert page.get_attribute('[data-plot="pareto"]', "data-front") == str(len(front["trials"]))
         assert page.get_attribute('[data-fact="pareto"]', "data-size") == str(len(front["trials"]))
         assert "objective 1 (maximize)" in page.text_content('[data-plot="objectives"]')
+        # the caption names the objective whose widest interval covers least, from the route's shares
+        shares = [o["cumulative_coverage"][-1][0] for o in cal["objectives"]]
+        worst, text = min(range(len(shares)), key=shares.__getitem__), page.text_content('[data-caption="objectives"]')
+        if shares[worst] < cal["nominal"][0]:
+            assert f"Objective {worst} is the one the model predicts least well" in text, (shares, text)
+            assert page.get_attribute('[data-caption="objectives"]', "data-worst") == str(worst)
+        else:
+            assert "No objective is below its target." in text, (shares, text)
         page.wait_for_timeout(300)  # let the last poll's redraw land
         page.locator("#study").screenshot(path=str(SCREENSHOT.with_name("dashboard_pareto.png")))
     assert not page.errors, page.errors

@@ -372,3 +372,23 @@ def test_the_band_caption_counts_the_intervals_with_an_open_end(legible_server: 
     text = page.text_content('[data-caption="calibration"]')
     assert f"{opened} of the {cal['n']} bands had an open end, not drawn" in text, text
     assert not page.errors, page.errors
+
+
+def test_a_band_of_fewer_than_10_results_is_too_early_to_judge(legible_server: LiveServer, page) -> None:  # noqa: F811
+    """Under 10 predicted results the badge says "too early to judge", whatever their share: the scatter
+    of so few results says nothing yet. The same study 20 trials later is judged."""
+    sid = run_2d_study(legible_server, "too-early", 11, {"n_warmup": 5}, trials=12)
+    with legible_server.client() as c:
+        n = c.get(f"/v1/studies/{sid}/calibration").json()["n"]
+    assert 0 < n < 10
+    page.goto(f"{legible_server.url}/dashboard?poll=0.3#study={sid}")
+    page.wait_for_function("""() => document.querySelector('[data-caption="calibration"]').dataset.target === '0.9'""")
+    assert page.get_attribute('[data-caption="calibration"]', "data-verdict") == "early"
+    assert page.text_content('[data-caption="calibration"] .verdict') == "too early to judge"
+    with legible_server.client() as c:
+        for _ in range(20):
+            t = ask(c, sid)
+            tell(c, sid, t["id"], value=(t["params"]["x"] - 1) ** 2 + abs(t["params"]["y"]))
+    page.wait_for_function("""() => document.querySelector('[data-caption="calibration"]').dataset.verdict !== 'early'""")
+    assert page.text_content('[data-caption="calibration"] .verdict') in ("on target", "below target", "above target")
+    assert not page.errors, page.errors

@@ -909,14 +909,19 @@
       ? o.cumulative_coverage[o.cumulative_coverage.length - 1][0] : null));
     const verdicts = objs.map((o, j) => (now[j] == null ? "early" : judge(now[j], c, o.n).verdict));
     const verdict = ["below", "early", "above", "on"].find((v) => verdicts.includes(v));
+    // the objective the model predicts least well: the lowest coverage, where it is below the target
+    const known = now.map((v, j) => [v, j]).filter(([v]) => v != null);
+    const [low, worst] = known.length ? known.reduce((a, b) => (b[0] < a[0] ? b : a)) : [null, null];
     caption("objectives", verdict, [
       `The share of each objective's told results that fell inside its ${pct(c)} interval predicted at ask`,
       "time, over all its predicted trials; dashed: the target.",
       `Good: each line settles near ${pct(c)}; now ${objs.map((o, j) => `objective ${j} ${
         now[j] == null ? "—" : pct(now[j])}`).join(", ")}.`,
-      "An objective far below the line is the one the model predicts overconfidently: trust its part of",
-      "the suggestions less.",
-    ], { target: c, now: now.join(",") });
+      low != null && low < c
+        ? `Objective ${worst} is the one the model predicts least well (${pct(low)} against ${pct(c)}): its`
+          + " intervals are too narrow, so trust its part of the suggestions less."
+        : "No objective is below its target.",
+    ], { target: c, now: now.join(","), ...(low != null && low < c ? { worst } : {}) });
   }
 
   function captionParams(trials, params, best, scrolls) {
