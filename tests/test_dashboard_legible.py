@@ -392,3 +392,51 @@ def test_a_band_of_fewer_than_10_results_is_too_early_to_judge(legible_server: L
     page.wait_for_function("""() => document.querySelector('[data-caption="calibration"]').dataset.verdict !== 'early'""")
     assert page.text_content('[data-caption="calibration"] .verdict') in ("on target", "below target", "above target")
     assert not page.errors, page.errors
+
+
+# how many painted canvas pixels lie on each axis of the parallel coordinates (a column 3 px wide
+# over the axis's height, just inside its ends)
+INK_ON_AXES = """() => {
+    const fig = document.querySelector('[data-plot="params"]');
+    const canvas = fig.querySelector('canvas');
+    const dpr = canvas.width / canvas.getBoundingClientRect().width;
+    const ctx = canvas.getContext('2d');
+    return [...fig.querySelectorAll('.pc-axis')].map((axis) => {
+        const x = Math.round(Number(axis.getAttribute('x1')) * dpr);
+        const y1 = Math.round((Number(axis.getAttribute('y1')) + 4) * dpr);
+        const y2 = Math.round((Number(axis.getAttribute('y2')) - 4) * dpr);
+        const d = ctx.getImageData(x - 1, y1, 3, y2 - y1).data;
+        let ink = 0;
+        for (let i = 3; i < d.length; i += 4) ink += d[i] > 0;
+        return ink;
+    });
+}"""
+
+
+def test_an_inactive_conditional_parameter_leaves_a_gap_in_the_line(legible_server: LiveServer, page) -> None:  # noqa: F811
+    """A trial whose conditional parameter is inactive draws no line through that parameter's axis:
+    the line stops at the axis before and starts again at the one after. With ``gamma`` inactive in
+    every trial, its axis (between ``kernel`` and ``C``) holds no ink while ``C``'s does; one
+    trial with ``gamma`` active puts ink on it."""
+    space = {"kernel": {"type": "categorical", "choices": ["linear", "rbf"]},
+             "gamma": {"type": "float", "low": 1e-3, "high": 1, "log": True,
+                       "condition": {"parent": "kernel", "values": ["rbf"]}},
+             "C": {"type": "float", "low": 0.1, "high": 10, "log": True}}
+    rows = [{"params": {"kernel": "linear", "C": 0.1 * 1.5 ** i}, "value": 1 / (1 + i)} for i in range(12)]
+    with legible_server.client() as c:
+        r = c.post("/v1/studies", json={"name": "inactive-gap", "space": space, "seed": 1})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+        assert c.post(f"/v1/studies/{sid}/trials", json={"trials": rows}).status_code == 201
+    open_study(page, legible_server, sid)
+    ink = page.evaluate(INK_ON_AXES)
+    # kernel, gamma, C, objective (every line leaves kernel at the end of its axis, "linear")
+    assert len(ink) == 4 and ink[1] == 0 and ink[2] > 0 and ink[3] > 0, ink
+
+    with legible_server.client() as c:
+        r = c.post(f"/v1/studies/{sid}/trials", json={"params": {"kernel": "rbf", "gamma": 0.1, "C": 1.0},
+                                                       "value": 0.5})
+        assert r.status_code == 201, r.text
+    page.wait_for_function("""() => document.querySelector('[data-plot="params"]').dataset.points === '13'""")
+    assert page.evaluate(INK_ON_AXES)[1] > 0
+    assert not page.errors, page.errors
