@@ -34,11 +34,16 @@ import numpy as np
 from .levels import SPLIT_RULE
 
 
+def _exact_index(alpha: np.ndarray | float, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """0-based indices of the lower and upper order statistics; below 0 (lower) or above ``n - 1``
+    (upper) the end is infinite."""
+    a = np.asarray(alpha, dtype=float)
+    return np.floor(a * (n + 1)).astype(int) - 1, np.ceil((1.0 - a) * (n + 1)).astype(int) - 1
+
+
 def _order_index(alpha: np.ndarray | float, n: int) -> tuple[np.ndarray, np.ndarray]:
     """0-based clamped indices of the lower and upper order statistics."""
-    a = np.asarray(alpha, dtype=float)
-    lo = np.floor(a * (n + 1)).astype(int) - 1
-    hi = np.ceil((1.0 - a) * (n + 1)).astype(int) - 1
+    lo, hi = _exact_index(alpha, n)
     return np.clip(lo, 0, n - 1), np.clip(hi, 0, n - 1)
 
 
@@ -144,11 +149,9 @@ def pair_interval(lower: np.ndarray, upper: np.ndarray, alpha: float) -> tuple[f
     it is shown as the zero-width interval at the midpoint of the crossed ends.
     """
     n = len(lower)
-    lo, hi = interval_from_points(lower, upper, alpha)
-    if np.floor(alpha * (n + 1)) < 1:
-        lo = -np.inf
-    if np.ceil((1.0 - alpha) * (n + 1)) > n:
-        hi = np.inf
+    i_lo, i_hi = (int(i) for i in _exact_index(alpha, n))
+    lo = float(lower[min(i_lo, n - 1)]) if i_lo >= 0 else -np.inf  # alpha past 1: clamped inwards
+    hi = float(upper[max(i_hi, 0)]) if i_hi < n else np.inf
     return (lo, hi) if lo <= hi else ((lo + hi) / 2.0,) * 2
 
 
