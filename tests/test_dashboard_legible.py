@@ -290,6 +290,25 @@ def pct(share: float) -> str:
     return f"{float(f'{100 * share:.3g}'):g}%"
 
 
+# the calibration band's hover legend at every trial: the mouse swept across the plot, the legend's
+# rows read at each stop, keyed by the trial number it shows
+HOVER_LEGEND = """async () => {
+  const fig = document.querySelector('[data-plot="calibration"]');
+  const over = fig.querySelector('.u-over');
+  const r = over.getBoundingClientRect();
+  const seen = {};
+  for (let px = 1; px < r.width; px += 2) {
+    over.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + px, clientY: r.top + r.height / 2, bubbles: true}));
+    await new Promise((ok) => requestAnimationFrame(ok));
+    const rows = [...fig.querySelectorAll('.u-legend .u-series')].map((s) =>
+      [s.querySelector('.u-label')?.textContent, s.querySelector('.u-value')?.textContent]);
+    const trial = rows.find(([l]) => l === 'trial');
+    if (trial) seen[trial[1]] = Object.fromEntries(rows);
+  }
+  return seen;
+}"""
+
+
 def run_2d_study(server: LiveServer, name: str, seed: int, settings: dict, trials: int = 30) -> int:
     """A 2-D study of ``trials`` asked and told trials (a bowl at x = 1, y = 0); its id."""
     space = {"x": {"type": "float", "low": -3, "high": 3}, "y": {"type": "float", "low": -3, "high": 3}}
@@ -371,6 +390,11 @@ def test_the_band_caption_counts_the_intervals_with_an_open_end(legible_server: 
     page.wait_for_function("""() => document.querySelector('[data-caption="calibration"]').dataset.target === '0.9'""")
     text = page.text_content('[data-caption="calibration"]')
     assert f"{opened} of the {cal['n']} bands had an open end, not drawn" in text, text
+    # hovering a trial shows no number for an open end, and the bounded ones' ends as numbers
+    legend = page.evaluate(HOVER_LEGEND)
+    for t in cal["trials"]:
+        shown = legend[str(t["number"])]["90% upper"]
+        assert (shown == "—") == (t["intervals"][0]["upper"] is None), (t["number"], shown, t["intervals"][0])
     assert not page.errors, page.errors
 
 
@@ -440,3 +464,4 @@ def test_an_inactive_conditional_parameter_leaves_a_gap_in_the_line(legible_serv
     page.wait_for_function("""() => document.querySelector('[data-plot="params"]').dataset.points === '13'""")
     assert page.evaluate(INK_ON_AXES)[1] > 0
     assert not page.errors, page.errors
+
