@@ -46,10 +46,19 @@ import warnings
 from typing import Any
 
 import numpy as np
+from scipy.linalg import solve_triangular
+from scipy.spatial.distance import cdist
 from scipy.stats import norm
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
-from sklearn.gaussian_process.kernels import ConstantKernel, Kernel, Matern, WhiteKernel
+from sklearn.gaussian_process.kernels import (
+    ConstantKernel,
+    Kernel,
+    Matern,
+    Product,
+    Sum,
+    WhiteKernel,
+)
 
 from ..limits import SURROGATE_CHOICES
 from .base import BaseSurrogate
@@ -98,6 +107,38 @@ def _hyper_of(kernel: Kernel, d: int) -> dict[str, Any] | None:
         return None
 
 
+class _Posterior:
+    """The fitted scikit-learn GP's predictive mean and sd (noise included), computed directly from
+    its Cholesky factor and weights: the same numbers as ``GaussianProcessRegressor.predict(...,
+    return_std=True)`` for the ``_sklearn_kernel`` shape, without the kernel objects' per-call
+    overhead (a fit predicts at the candidates and at each round of the local search: 1.5 to 2.6
+    times faster per call at 120 to 500 observations)."""
+
+    def __init__(self, gp: GaussianProcessRegressor, hyper: dict[str, Any]) -> None:
+        self.ls = np.asarray(hyper["lengthscale"], float)
+        self.c = float(hyper["outputscale"])
+        self.prior_var = self.c + float(hyper["noise"])  # the kernel's diagonal: signal plus white noise
+        self.train = gp.X_train_ / self.ls
+        self.alpha = gp.alpha_
+        self.L = gp.L_
+
+    @classmethod
+    def of(cls, gp: GaussianProcessRegressor, d: int) -> _Posterior | None:
+        k = gp.kernel_
+        shaped = (isinstance(k, Sum) and isinstance(k.k1, Product) and isinstance(k.k1.k1, ConstantKernel)
+                  and isinstance(k.k1.k2, Matern) and k.k1.k2.nu == 2.5 and isinstance(k.k2, WhiteKernel))
+        hyper = _hyper_of(k, d) if shaped else None
+        return None if hyper is None or gp._y_train_std != 1 else cls(gp, hyper)
+
+    def moments(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        r = cdist(X / self.ls, self.train) * np.sqrt(5.0)
+        K = self.c * (1.0 + r + r * r / 3.0) * np.exp(-r)  # Matern-5/2
+        mean = K @ self.alpha
+        V = solve_triangular(self.L, K.T, lower=True, check_finite=False)
+        var = self.prior_var - np.einsum("ij,ij->j", V, V)
+        return mean, np.sqrt(np.maximum(var, 0.0))
+
+
 class QGP(BaseSurrogate):
     name = "qgp"
     conditions_on_refit = True  # fold_clone keeps the tuned kernel: a refit is the posterior on more points
@@ -125,6 +166,7 @@ class QGP(BaseSurrogate):
         self._gp: GaussianProcessRegressor | None = None
         self._torch = None
         self._last_moments: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
+        self._posterior: _Posterior | None = None
 
     @property
     def prior(self) -> bool:
@@ -174,6 +216,7 @@ class QGP(BaseSurrogate):
 
     def _fit(self, X: np.ndarray, z: np.ndarray) -> None:
         self._last_moments = None
+        self._posterior = None
         self._d = X.shape[1]
         self.backend_ = self.choose_backend(X.shape[0])
         if self.backend_ == "torch":
@@ -204,6 +247,7 @@ class QGP(BaseSurrogate):
                 tuned = self._gp.fit(X[sub], z[sub]).kernel_
                 self._gp = GaussianProcessRegressor(tuned, optimizer=None, normalize_y=False)
             self._gp.fit(X, z)
+        self._posterior = _Posterior.of(self._gp, X.shape[1])
         self.ran_on = "cpu"
 
     def _fit_torch(self, X: np.ndarray, z: np.ndarray) -> None:
@@ -233,6 +277,8 @@ class QGP(BaseSurrogate):
             return last[1]
         if self.backend_ == "torch":
             mean, sd = self._torch.moments(X)
+        elif self._posterior is not None:
+            mean, sd = self._posterior.moments(X)
         else:
             mean, sd = self._gp.predict(X, return_std=True)
         out = (mean, np.maximum(sd, 1e-9))
