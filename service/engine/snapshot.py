@@ -148,8 +148,23 @@ class Snapshot:
             header["heads"] = [{"kind": h.kind, "threshold": h.threshold, "best": h.best, "sign": h.sign,
                                 "warp": h.warp} for h in self.heads]
         buf = io.BytesIO()
-        np.savez_compressed(buf, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **arrays)
+        # not compressed: float32 predictions shrink by about a tenth under zlib, which took 10-20 ms
+        # of every fit (a snapshot of 2000 candidates, CV+'s five fold models: 545 KB instead of 477 KB)
+        np.savez(buf, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **arrays)
         return buf.getvalue()
+
+    @staticmethod
+    def meta_of(data: bytes | None) -> dict[str, Any]:
+        """The ``meta`` of a stored snapshot, read without its arrays; empty for None or a damaged one."""
+        if data is None:
+            return {}
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                header = json.loads(bytes(z["header"]).decode())
+        except (ValueError, OSError, KeyError, TypeError, EOFError, zipfile.BadZipFile):
+            return {}
+        meta = header.get("meta") if isinstance(header, dict) else None
+        return meta if isinstance(meta, dict) else {}
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Snapshot:
