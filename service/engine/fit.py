@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -20,11 +21,12 @@ from .config import LOCAL_SEARCH, EngineConfig
 from .conformal import conformalize, schedule
 from .failures import log_success
 from .outcomes import check_directions, sign_of
+from .retune import Tuned, plan, warp_moved
 from .scoring import MultiScore, narrows, with_feasibility
 from .snapshot import Head, Snapshot
 from .space import SearchSpace
 from .surrogates import make_surrogate
-from .warp import fit_warp
+from .warp import Warp, fit_warp
 
 
 def fit(
@@ -39,8 +41,14 @@ def fit(
     constraints: Sequence[Sequence[float]] | None = None,
     directions: Sequence[str] | None = None,
     failed: Sequence[dict[str, Any]] = (),
+    tuned: Tuned | None = None,
 ) -> Snapshot:
     """Train, conformalize and score a fresh candidate set. Deterministic in its inputs.
+
+    ``tuned``: the hyperparameters of the study's newest full refit (``Tuned.of(snapshot.meta)`` of
+    its newest snapshot). Unless a full refit is due (``retune.plan``), the fit keeps them: an
+    update. The snapshot's ``meta["fit"]`` says which kind it was and why, ``meta["tuned"]`` what
+    the next fit keeps.
 
     ``directions`` (2 to 4): several objectives; each observation's value is then a list, one value
     per objective. The first objective is the snapshot's own outcome, each further one a head of
@@ -69,13 +77,13 @@ def fit(
     with threadpool_limits(1, user_api="blas"):
         try:
             snap = _fit(observations, space, config, direction, seed, candidates, where, pending, constraints,
-                        directions, failed)
+                        directions, failed, tuned)
         except Exception as e:
             if where != "cuda" or not devices.is_cuda_error(e):
                 raise
             why = f"CUDA failed, refitted on the CPU: {type(e).__name__}: {str(e)[:300]}"
             snap = _fit(observations, space, config, direction, seed, candidates, "cpu", pending, constraints,
-                        directions, failed)
+                        directions, failed, tuned)
     if why:
         snap.meta["device_fallback"] = why
     return snap
@@ -84,12 +92,38 @@ def fit(
 class _Outcome:
     """One modelled outcome of a fit: its warp, warped values, conformal fit (``conformalize``)."""
 
-    def __init__(self, values: np.ndarray, config: EngineConfig, make, X: np.ndarray, method: str,
+    def __init__(self, values: np.ndarray, warp: Warp, config: EngineConfig, make, X: np.ndarray, method: str,
                  fit_seed: int) -> None:
-        self.warp = fit_warp(config.warp, values)
+        self.warp = warp
         self.y = self.warp.forward(values)
         self.cf = conformalize(make, X, self.y, method, fit_seed, k_folds=config.cv_folds,
                                cal_fraction=config.cal_fraction, n_bootstraps=config.n_bootstraps)
+
+    def hyperparameters(self) -> dict[str, Any] | None:
+        """The shown model's tuned hyperparameters (None for a model that has none to hand on)."""
+        tuned = getattr(self.cf.model, "tuned_hyperparameters", None)
+        return tuned() if tuned is not None else None
+
+
+def _outcomes(values: Sequence[np.ndarray], seeds: Sequence[int], config: EngineConfig, make, X: np.ndarray,
+              method: str, tuned: Tuned | None) -> tuple[list[_Outcome], dict[str, Any], Tuned | None]:
+    """Every modelled outcome's fit, a full refit or an update of ``tuned`` (``retune``): the
+    outcomes, what ``meta["fit"]`` says of the fit, and the hyperparameters the next fit keeps."""
+    warps = [fit_warp(config.warp, v) for v in values]
+    shapes = [None if w.identity else w.to_dict() for w in warps]
+    kept, why = plan(tuned, config.surrogate, config.surrogate_options, X.shape[0], method, len(values), X.shape[1])
+    moved = warp_moved(kept, warps, values) if kept is not None else None
+    if moved is not None:
+        kept, why = None, moved
+    hyper = kept.hyper if kept is not None else (None,) * len(values)
+    outs = [_Outcome(v, w, config, partial(make, h), X, method, s)
+            for v, w, h, s in zip(values, warps, hyper, seeds, strict=True)]
+    if kept is None:
+        found = [o.hyperparameters() for o in outs]
+        kept = (Tuned(X.shape[0], method, tuple(found), tuple(shapes))
+                if all(h is not None for h in found) else None)
+        return outs, {"kind": "full", "why": why}, kept
+    return outs, {"kind": "update", "why": why}, kept
 
 
 def _incumbent(y: np.ndarray, feasible: np.ndarray) -> float:
@@ -139,7 +173,7 @@ def _rank_p(outcomes: Sequence[_Outcome]) -> float | None:
 
 
 def _fit(observations, space, config, direction, seed, candidates, device, pending=(), constraints=None,
-         directions=None, failed=()) -> Snapshot:
+         directions=None, failed=(), tuned=None) -> Snapshot:
     t0 = time.perf_counter()
     dirs = check_directions(directions) if directions is not None and len(directions) > 1 else (direction,)
     signs = [sign_of(d) for d in dirs]
@@ -154,16 +188,18 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     rng = np.random.default_rng([seed, n, 7])
     fit_seed = int(rng.integers(2**31))
 
-    def make():
-        return make_surrogate(config.surrogate, levels, fit_seed, device=device,
-                              **config.surrogate_options)
+    def make(hyper: dict[str, Any] | None = None):
+        kept = {} if hyper is None else {"hyper": hyper}
+        return make_surrogate(config.surrogate, levels, fit_seed, device=device, **config.surrogate_options, **kept)
 
     V = np.asarray([v for _, v in observations], dtype=float).reshape(n, len(dirs))
-    main = _Outcome(sign * V[:, 0], config, make, X, method, fit_seed)
-    warp, y, cf = main.warp, main.y, main.cf
-    objs = [_Outcome(signs[j] * V[:, j], config, make, X, method, fit_seed + 101 + j) for j in range(1, len(dirs))]
     C = np.asarray(constraints, dtype=float).reshape(n, -1) if constraints is not None else np.empty((n, 0))
-    cons = [_Outcome(C[:, j], config, make, X, method, fit_seed + 1 + j) for j in range(C.shape[1])]
+    outs, fit_kind, tuned = _outcomes(
+        [signs[j] * V[:, j] for j in range(len(dirs))] + [C[:, j] for j in range(C.shape[1])],
+        [fit_seed] + [fit_seed + 101 + j for j in range(1, len(dirs))] + [fit_seed + 1 + j for j in range(C.shape[1])],
+        config, make, X, method, tuned)
+    main, objs, cons = outs[0], outs[1:len(dirs)], outs[len(dirs):]
+    warp, y, cf = main.warp, main.y, main.cf
     feasible = np.all(C <= 0, axis=1)
     best = _incumbent(y, feasible)
     if not objs:  # one objective: the quantum of its metric (several: the hypervolume's own reference)
@@ -228,7 +264,9 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     heads += [Head(kind="constraint", threshold=t, warp=None if o.warp.identity else o.warp.to_dict(),
                    **outputs(o.cf, objective=False)) for o, t in zip(cons, thresholds, strict=True)]
     meta = {"device": cf.model.ran_on, "rank_p": _rank_p([main] + objs),
-            "crowd": crowd.fit_info(cf.model, cand, raw, [o.cf.model for o in objs])}
+            "crowd": crowd.fit_info(cf.model, cand, raw, [o.cf.model for o in objs]), "fit": fit_kind}
+    if tuned is not None:
+        meta["tuned"] = tuned.to_dict()
     if not warp.identity:
         meta["warp"] = warp.to_dict()
     if cons:

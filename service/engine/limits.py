@@ -49,7 +49,7 @@ SURROGATE_OPTIONS: dict[str, dict[str, tuple[str, float, float]]] = {
             "max_features": ("float", 0.01, 1.0)},
     "ql": {"alpha": ("float", 0.0, 10.0)},
     "qgp": {"max_opt_points": ("int", 10, 2000), "exact_up_to": ("int", 100, 100_000),
-            "inducing_points": ("int", 16, 4096)},
+            "inducing_points": ("int", 16, 4096), "retune_growth": ("float", 0.0, 100.0)},
     "qe": {"k_folds": ("int", 2, 10), "penalty": ("float", 0.0, 1.0)},
     "lw-gbm": {"n_estimators": ("int", 1, 2000), "learning_rate": ("float", 1e-4, 1.0),
                "num_leaves": ("int", 2, 256), "val_fraction": ("float", 0.1, 0.9)},

@@ -19,6 +19,7 @@ from .errors import ConfigError
 from .fit import fit
 from .outcomes import check_constraint_names, check_directions, check_value, check_values, sign_of
 from .prediction import Prediction
+from .retune import Tuned
 from .select import Suggestion, select
 from .snapshot import Snapshot
 from .space import ParamError, SearchSpace
@@ -96,6 +97,7 @@ class Optimizer:
         self.records: list[dict[str, Any]] = []
         self.asked = 0
         self._snapshot: Snapshot | None = None
+        self._tuned: Tuned | None = None  # what the newest fit hands the next one (engine.retune)
         # (observations, running configurations) the snapshot was (or, restored, is to be) fitted with:
         # fit conditions on the running trials, and state_dict's "fitted_with" lets a restored optimizer
         # refit the same snapshot on the same observations
@@ -125,7 +127,9 @@ class Optimizer:
             self._snapshot = fit(self.observations, self.space, self.config, self.direction, self.seed,
                                  pending=pending,
                                  constraints=self.constraint_values if self.constraints else None,
-                                 directions=self.directions if self.multi else None, failed=failed)
+                                 directions=self.directions if self.multi else None, failed=failed,
+                                 tuned=self._tuned)
+            self._tuned = Tuned.of(self._snapshot.meta)
             self.timings["fit"] += time.perf_counter() - t
         return self._snapshot
 
@@ -321,6 +325,8 @@ class Optimizer:
             "pending": [[p, pred] for p, pred in self.pending],
             # the running configurations the present snapshot was fitted with
             "fitted_with": self._fit_pending(),
+            # the newest full refit's hyperparameters, which the next fit keeps unless one is due
+            "tuned": None if self._tuned is None else self._tuned.to_dict(),
             "state": self.state.to_dict(),
             "records": self.records,
             "asked": self.asked,
@@ -338,6 +344,7 @@ class Optimizer:
         opt.failed = [dict(p) for p in d.get("failed", [])]
         opt.waiting = [dict(p) for p in d.get("waiting", [])]
         opt.pending = [(dict(p), pred) for p, pred in d["pending"]]
+        opt._tuned = Tuned.from_dict(d.get("tuned"))
         if d.get("fitted_with") is not None:
             opt._fitted_with = (opt._fit_key(), [dict(p) for p in d["fitted_with"]])
         if "state" in d:

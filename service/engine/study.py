@@ -15,6 +15,7 @@ from . import reprs
 from .config import EngineConfig, migrate
 from .fit import fit
 from .outcomes import sign_of
+from .retune import Tuned
 from .snapshot import Snapshot
 from .space import SearchSpace
 from .state import StudyState
@@ -93,9 +94,10 @@ class StudySpec:
 
     def fit(self, observations: Sequence[tuple[dict[str, Any], Any]], pending: Sequence[dict[str, Any]] = (),
             constraints: Sequence[Sequence[float]] | None = None, device: str | None = None,
-            failed: Sequence[dict[str, Any]] = ()) -> Snapshot:
+            failed: Sequence[dict[str, Any]] = (), tuned: Tuned | None = None) -> Snapshot:
         """``engine.fit`` of this study on ``observations`` (and the running ``pending``, and the
-        configurations that ``failed``, which it learns from unless the study turned that off)."""
+        configurations that ``failed``, which it learns from unless the study turned that off;
+        ``tuned``: what the newest snapshot hands on, ``engine.retune``)."""
         return fit(observations, self.space, self.config, self.direction, self.seed, device=device,
                    pending=pending, constraints=constraints, directions=self.directions if self.multi else None,
-                   failed=failed if self.learn_failures else ())
+                   failed=failed if self.learn_failures else (), tuned=tuned)

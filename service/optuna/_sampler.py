@@ -65,6 +65,7 @@ from calibo.engine.errors import FieldError
 from calibo.engine.limits import MAX_FEATURES, MAX_PARAMS, SETTING_RANGES
 from calibo.engine.multi import resolve as resolve_multi
 from calibo.engine.outcomes import check_directions
+from calibo.engine.retune import Tuned
 
 from ._space import Encoding, LearnedSpace, learn_space, signature
 
@@ -440,7 +441,7 @@ class CaliboSampler(BaseSampler):
         config = self.config.for_objectives(len(directions))
         snap = fit(observations, space, config, directions[0], self._seed, pending=pending,
                    constraints=constraints, directions=directions if len(directions) > 1 else None,
-                   failed=failed or ())
+                   failed=failed or (), tuned=Tuned.of(cached[1].meta) if cached is not None else None)
         self._fits[key] = (observed, snap)
         return snap
 
