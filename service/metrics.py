@@ -55,6 +55,14 @@ class Metrics:
         self.fits = Histogram("calibo_fit_duration_seconds", "fits of this process's pool (engine fit time)",
                               ["device"], buckets=FIT_BUCKETS, registry=r)
         self.fit_failures = Counter("calibo_fit_failures", "fits of this process's pool that raised", registry=r)
+        self.fit_kinds = Counter("calibo_fits", "fits of this process's pool stored, by kind: full (hyperparameters "
+                                 "tuned) or update (kept; engine.retune)", ["kind"], registry=r)
+        self.fit_phases = Histogram("calibo_fit_phase_seconds", "fit jobs of this process's pool, by phase: load "
+                                    "(read the study), fit (the engine), encode (the snapshot's bytes), store "
+                                    "(write it)", ["phase"], buckets=LATENCY_BUCKETS, registry=r)
+        self.fit_waits = Histogram("calibo_ask_fit_wait_seconds", "time an ask waited for the fit of the tells "
+                                   "before it (a sequential user's; asks that did not wait are not counted)",
+                                   buckets=LATENCY_BUCKETS, registry=r)
 
     def watch(self, storage: Storage, queue_depth: Callable[[], int], per_objective: PerObjective,
               ttl: float = 10.0) -> None:
@@ -66,6 +74,14 @@ class Metrics:
         """A fit job's result (see ``workers.jobs.fit_study``)."""
         if result.get("status") in ("fitted", "superseded") and result.get("fit_seconds") is not None:
             self.fits.labels(result.get("device", "cpu")).observe(float(result["fit_seconds"]))
+            if result.get("status") == "fitted":
+                self.fit_kinds.labels(result.get("fit_kind", "full")).inc()
+            for phase, seconds in (result.get("phases") or {}).items():
+                self.fit_phases.labels(phase).observe(float(seconds))
+
+    def observe_wait(self, seconds: float) -> None:
+        """An ask's wait for a fit (``FitPool.wait``)."""
+        self.fit_waits.observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -19,7 +19,7 @@ class FitQueries:
         """What a fit of ``study_id`` needs, or None if the study is gone."""
         with self._read() as s:
             row = s.execute(select(StudyRow.definition, StudyRow.snapshot_n_obs, StudyRow.revision,
-                                   StudyRow.snapshot_n_failed)
+                                   StudyRow.snapshot_n_failed, StudyRow.snapshot_version)
                             .where(StudyRow.id == study_id)).first()
             if row is None:
                 return None
@@ -45,17 +45,21 @@ class FitQueries:
                                                    .where(TrialRow.study_id == study_id, TrialRow.state == "failed")
                                                    .order_by(TrialRow.number))
                       if not blameless(record)]
+            # the newest snapshot: what a fit keeps of it (the tuned hyperparameters, engine.retune)
+            newest = s.scalar(select(SnapshotRow.data).where(SnapshotRow.study_id == study_id,
+                                                             SnapshotRow.version == row[4])) if row[4] else None
             return FitInputs(row[0], observations, row[1], list(running),
-                             constraints if constrained else None, int(row[2] or 0), failed, int(row[3] or 0))
+                             constraints if constrained else None, int(row[2] or 0), failed, int(row[3] or 0),
+                             newest)
 
     def save_snapshot(self, study_id: int, *, n_obs: int, method: str, fit_seconds: float,
                       data: bytes, device: str | None = None, revision: int | None = None,
-                      n_failed: int = 0) -> int | None:
+                      n_failed: int = 0, kind: str = "full") -> int | None:
         """Store a fit's snapshot if it is newer than the study's; return its version. A fit on
         ``n_obs`` observations and ``n_failed`` failures is newer when it saw more observations, or
         as many and more failures (both only grow). ``revision``: the definition's revision the fit
         read (``FitInputs.revision``); a fit of a space that has grown since is not stored (its
-        candidates lack the new parameters)."""
+        candidates lack the new parameters). ``kind``: ``full`` or ``update`` (``engine.retune``)."""
         try:
             with self.locked(study_id) as tx:
                 st = tx.study
@@ -65,7 +69,7 @@ class FitQueries:
                 version = st.snapshot_version + 1
                 tx.session.add(SnapshotRow(study_id=study_id, version=version, n_obs=n_obs, method=method,
                                            fit_seconds=fit_seconds, device=device, created_at=now(),
-                                           data=data))
+                                           data=data, kind=kind))
                 st.snapshot_version = version
                 st.snapshot_n_obs = n_obs
                 st.snapshot_n_failed = n_failed

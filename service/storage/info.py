@@ -77,6 +77,7 @@ class StudyInfo:
     fit_seconds: float | None = None
     fit_method: str | None = None
     fit_device: str | None = None
+    fit_kind: str | None = None  # full or update (engine.retune)
     user_attrs: dict[str, Any] | None = None
     revision: int = 0  # changes of the definition (its space grew)
     n_failed: int = 0  # failed trials a fit learns from (not those failed for a silent worker)
@@ -93,6 +94,7 @@ class FitInputs:
     revision: int = 0  # the definition's revision: a snapshot fitted on another is not saved
     failed: list[dict[str, Any]] = field(default_factory=list)  # params of the failed trials a fit learns from
     snapshot_n_failed: int = 0  # failures the newest snapshot learned
+    snapshot: bytes | None = None  # the newest snapshot's stored form (None before the first fit)
 
 
 class Progress(NamedTuple):

@@ -140,6 +140,8 @@ class SnapshotRow(Base):
     method: Mapped[str] = mapped_column(String(16))
     fit_seconds: Mapped[float] = mapped_column(Double)
     device: Mapped[str | None] = mapped_column(String(16), nullable=True)  # where the fit trained
+    # full: hyperparameters tuned; update: the newest full refit's kept (engine.retune)
+    kind: Mapped[str] = mapped_column(String(8), default="full", server_default="full")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     data: Mapped[bytes] = mapped_column(Blob)
 

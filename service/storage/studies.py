@@ -150,11 +150,11 @@ class StudyQueries:
                 if best is not None:
                     info.best_trial = best_trial_of(best)
             snap = s.execute(
-                select(SnapshotRow.fit_seconds, SnapshotRow.method, SnapshotRow.device)
+                select(SnapshotRow.fit_seconds, SnapshotRow.method, SnapshotRow.device, SnapshotRow.kind)
                 .where(SnapshotRow.study_id == study_id, SnapshotRow.version == row.snapshot_version)
             ).first()
             if snap is not None:
-                info.fit_seconds, info.fit_method, info.fit_device = snap
+                info.fit_seconds, info.fit_method, info.fit_device, info.fit_kind = snap
             return info
 
     def list_studies(self, limit: int = 100, offset: int = 0, name: str | None = None

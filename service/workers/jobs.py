@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from calibo.engine import EngineConfig, SearchSpace, fit
+from calibo.engine.retune import Tuned
+from calibo.engine.snapshot import Snapshot
 from calibo.engine.study import FitResult, StudySpec
 
 from ..storage import Storage
@@ -90,7 +92,8 @@ def _exit_with_parent(parent: int, every: float = 1.0) -> None:
 
 
 def fit_study(study_id: int, storage: Storage | None = None, save: bool = True) -> dict[str, Any]:
-    """Fit ``study_id`` on its completed trials if its snapshot lags them.
+    """Fit ``study_id`` on its completed trials if its snapshot lags them: a full refit or an update
+    of the newest snapshot's hyperparameters (``engine.retune``).
 
     With ``save=False`` the snapshot comes back as ``result["snapshot"]`` (bytes)
     for the caller to store: the local pool stores it from the API process, so
@@ -100,6 +103,7 @@ def fit_study(study_id: int, storage: Storage | None = None, save: bool = True) 
     storage = storage if storage is not None else _storage
     if storage is None:
         raise RuntimeError("fit_study needs a storage (init_process was not called)")
+    t0 = time.perf_counter()
     inputs = storage.fit_inputs(study_id)
     if inputs is None:
         return {"study_id": study_id, "status": "deleted"}
@@ -109,9 +113,15 @@ def fit_study(study_id: int, storage: Storage | None = None, save: bool = True) 
     if not spec.config.fits(n) or (n, len(failed)) <= (inputs.snapshot_n_obs, inputs.snapshot_n_failed):
         return {"study_id": study_id, "status": "current", "n_obs": inputs.snapshot_n_obs,
                 "n_failed": inputs.snapshot_n_failed}
+    t1 = time.perf_counter()
     snap = spec.fit(inputs.observations, pending=inputs.running, constraints=inputs.constraints, device=_device,
-                    failed=failed)
-    result = {"study_id": study_id, "status": "fitted", **FitResult.of(snap).to_dict(), "revision": inputs.revision}
+                    failed=failed, tuned=Tuned.of(Snapshot.meta_of(inputs.snapshot)))
+    t2 = time.perf_counter()
+    result = {"study_id": study_id, "status": "fitted", **FitResult.of(snap).to_dict(), "revision": inputs.revision,
+              "fit_kind": snap.meta.get("fit", {}).get("kind", "full")}
+    # where the job's time went (``Metrics.observe_fit``): reading its inputs, the engine's fit, the
+    # snapshot's encoding; ``store`` adds the write
+    result["phases"] = {"load": t1 - t0, "fit": t2 - t1, "encode": time.perf_counter() - t2}
     return result if not save else store(storage, result)
 
 
@@ -122,10 +132,13 @@ def store(storage: Storage, result: dict[str, Any]) -> dict[str, Any]:
         return result
     if result.get("device_fallback"):
         log.warning("study %s: %s", result["study_id"], result["device_fallback"])
+    t0 = time.perf_counter()
     version = storage.save_snapshot(result["study_id"], n_obs=result["n_obs"], method=result["method"],
                                     fit_seconds=result["fit_seconds"], data=data,
                                     device=result.get("device", "cpu"), revision=result.get("revision"),
-                                    n_failed=result.get("n_failed", 0))
+                                    n_failed=result.get("n_failed", 0), kind=result.get("fit_kind", "full"))
+    if "phases" in result:
+        result["phases"]["store"] = time.perf_counter() - t0
     log.debug("study %s: fitted on %d observations in %.3f s (version %s)",
               result["study_id"], result["n_obs"], result["fit_seconds"], version)
     return result | {"status": "fitted" if version else "superseded", "version": version}

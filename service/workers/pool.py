@@ -124,8 +124,15 @@ class FitPool:
 
     def wait(self, study_id: int, n_obs: int, timeout: float, n_failed: int = 0) -> bool:
         """Wait until a fit on at least ``n_obs`` observations (and ``n_failed`` failures) landed,
-        none is running, or timeout."""
-        deadline = time.monotonic() + timeout
+        none is running, or timeout. The time waited goes to the observer (``Metrics.observe_wait``)."""
+        t0 = time.monotonic()
+        try:
+            return self._wait(study_id, n_obs, t0 + timeout, n_failed)
+        finally:
+            if self.observer is not None:
+                self.observer.observe_wait(time.monotonic() - t0)
+
+    def _wait(self, study_id: int, n_obs: int, deadline: float, n_failed: int) -> bool:
         with self._cond:
             while True:
                 st = self._studies.get(study_id)

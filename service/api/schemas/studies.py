@@ -99,6 +99,8 @@ class SurrogateStatus(BaseModel):
     method: str | None = Field(description="raw, cv+, split, crossval or jab+")
     fitted_at: datetime | None
     fit_seconds: float | None
+    fit_kind: str | None = Field(None, description="how that fit was made: full (the GP's hyperparameters tuned "
+                                 "on the data) or update (those of the newest full refit kept)")
     device: str | None = Field(description="where that fit trained: cpu or cuda (torch surrogates)")
     last_error: str | None
     fitting: bool = Field(description="a fit of this study is running in this server's pool")

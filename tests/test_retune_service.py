@@ -1,0 +1,91 @@
+"""Full refits and updates in the service (``engine.retune``), over HTTP on SQLite and PostgreSQL: between
+full refits a tell's fit is an update, a full refit comes once the data grew by a quarter, and the
+study's status and ``/metrics`` say which kind each fit was."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import numpy as np
+from conftest import unique
+from prometheus_client.parser import text_string_to_metric_families
+
+BOX = {f"x{i}": {"type": "float", "low": 0.0, "high": 1.0} for i in range(3)}
+# CV+ throughout (split from 1000 observations): only the growth of the data calls for full refits
+SETTINGS = {"n_warmup": 5, "split_from": 1000, "n_candidates": 200}
+
+
+def value(p: dict[str, float]) -> float:
+    return float(2 * p["x0"] + np.sin(4 * p["x1"]) + 0.3 * p["x2"])
+
+
+def add(http: httpx.Client, sid: int, rng: np.random.Generator, n: int) -> None:
+    rows = []
+    for _ in range(n):
+        p = {k: float(v) for k, v in zip(BOX, rng.random(3), strict=True)}
+        rows.append({"params": p, "value": value(p), "state": "complete"})
+    r = http.post(f"/v1/studies/{sid}/trials", json={"trials": rows})
+    assert r.status_code == 201, r.text
+
+
+def settled(http: httpx.Client, sid: int, n: int, timeout: float = 120.0) -> dict[str, Any]:
+    """The surrogate status once no fit of the study runs or waits and the newest saw ``n`` trials."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st = http.get(f"/v1/studies/{sid}").json()["surrogate_status"]
+        if st["fitted_on"] == n and not st["fitting"] and not st["queued"]:
+            return st
+        assert time.monotonic() < deadline, st
+        time.sleep(0.05)
+
+
+def samples(http: httpx.Client, name: str, key: str | None = None) -> dict[str | None, float]:
+    """``/metrics`` samples named ``name``, by the value of their label ``key``."""
+    text = http.get("/metrics").text
+    return {s.labels.get(key) if key else None: s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name == name}
+
+
+def fits(http: httpx.Client) -> dict[str | None, float]:
+    return samples(http, "calibo_fits_total", "kind")
+
+
+def test_fits_keep_the_hyperparameters_until_the_data_grew_by_a_quarter(http: httpx.Client) -> None:
+    rng = np.random.default_rng(0)
+    r = http.post("/v1/studies", json={"name": unique("retune"), "space": BOX, "settings": SETTINGS})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    add(http, sid, rng, 12)
+    first = settled(http, sid, 12)
+    assert first["fit_kind"] == "full"  # the first fit tunes
+
+    before = fits(http)
+    kinds = []
+    for n in (13, 14, 15):  # 15 >= 12 * 1.25: the data grew by a quarter
+        add(http, sid, rng, 1)
+        kinds.append(settled(http, sid, n)["fit_kind"])
+    assert kinds == ["update", "update", "full"]
+    after = fits(http)
+    # the server is the session's and other tests fit on it too: at least this study's own fits
+    assert after.get("update", 0) - before.get("update", 0) >= 2
+    assert after.get("full", 0) - before.get("full", 0) >= 1
+
+
+def test_metrics_split_a_sequential_trial_into_the_wait_and_the_fit_jobs_phases(http: httpx.Client) -> None:
+    rng = np.random.default_rng(2)
+    r = http.post("/v1/studies", json={"name": unique("retune"), "space": BOX, "settings": SETTINGS})
+    sid = r.json()["id"]
+    add(http, sid, rng, 10)
+    settled(http, sid, 10)
+    waits = samples(http, "calibo_ask_fit_wait_seconds_count").get(None, 0.0)
+    phases = samples(http, "calibo_fit_phase_seconds_count", "phase")
+    add(http, sid, rng, 1)  # the next ask is a sequential user's: it waits for the fit of this one
+    r = http.post(f"/v1/studies/{sid}/ask", json={})
+    assert r.status_code == 200, r.text
+    settled(http, sid, 11)
+    assert samples(http, "calibo_ask_fit_wait_seconds_count")[None] >= waits + 1
+    after = samples(http, "calibo_fit_phase_seconds_count", "phase")
+    for phase in ("load", "fit", "encode", "store"):
+        assert after[phase] >= phases.get(phase, 0.0) + 1, phase
