@@ -4,14 +4,18 @@ refits fully where the data grew or moved."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
-from calibo.engine import EngineConfig, Optimizer, SearchSpace, Snapshot, fit
+from calibo.engine import EngineConfig, Optimizer, SearchSpace, fit
+from calibo.engine.conformal import schedule
 from calibo.engine.conformal.fit import scores
-from calibo.engine.retune import RETUNE_GROWTH, Tuned
+from calibo.engine.retune import RETUNE_GROWTH, Tuned, plan
+from calibo.engine.study import FitResult
 from calibo.engine.surrogates import qgp
 from calibo.engine.warp import Warp
 
@@ -104,6 +108,19 @@ def test_the_schedule_refits_fully_as_the_data_grows_and_at_each_change_of_metho
     assert len(full) < 76 / 4  # and mostly updates
 
 
+def test_growth_alone_calls_for_the_full_refits_the_docs_list() -> None:
+    # docs/concepts/surrogates.md: 14 full refits in 120 sequential trials with the default settings
+    cfg = EngineConfig()
+    tuned, full = None, []
+    for n in range(cfg.warmup_least, 121):
+        method = schedule(n, cfg.conformalize_from, cfg.split_from, cfg.conformal)
+        kept, _ = plan(tuned, cfg.surrogate, cfg.surrogate_options, n, method, 1, 3)
+        if kept is None:
+            full.append(n)
+            tuned = Tuned(n, method, ({"outputscale": 1.0, "noise": 0.01, "lengthscale": [0.5] * 3},), (None,))
+    assert full == [5, 7, 9, 12, 15, 19, 24, 30, 38, 48, 50, 63, 79, 99]
+
+
 def test_growth_zero_tunes_at_every_fit() -> None:
     obs = observations(40)
     cfg = config(surrogate_options={"retune_growth": 0.0})
@@ -149,9 +166,10 @@ def test_the_optimizer_updates_between_full_refits() -> None:
     assert kinds.count("update") > kinds.count("full") > 0
 
 
-def test_a_stored_snapshot_hands_its_tuning_on() -> None:
-    # the service's fit job reads the newest snapshot's meta, not its arrays (``Snapshot.meta_of``)
+def test_a_stored_fit_hands_its_tuning_on() -> None:
+    # the service stores a fit's tuning beside its snapshot, as JSON (``snapshots.tuned``), and its
+    # next fit job reads that back, not the snapshot's arrays
     snap = fit(observations(12), SPACE, config(), seed=1)
-    meta = Snapshot.meta_of(snap.to_bytes())
-    assert Tuned.of(meta) == Tuned.of(snap.meta) is not None
-    assert Snapshot.meta_of(None) == {} and Snapshot.meta_of(b"not a snapshot") == {}
+    stored = json.loads(json.dumps(FitResult.of(snap).to_dict()["tuned"]))
+    assert Tuned.from_dict(stored) == Tuned.of(snap.meta) is not None
+    assert FitResult.of(snap).kind == "full"

@@ -1,9 +1,11 @@
 """A snapshot says how it was fitted (``engine.retune``): ``snapshots.kind`` is ``full`` (the
 hyperparameters tuned) or ``update`` (those of the newest full refit kept); the study's status shows the
-newest snapshot's kind.
+newest snapshot's kind. ``snapshots.tuned`` holds the hyperparameters the next fit keeps (the
+snapshot's ``meta["tuned"]``), so that a fit job reads them without the snapshot's arrays.
 
-The column is added in place (no table copy: see 0007), NOT NULL with a server default of ``full``:
-every stored snapshot was a full refit.
+The columns are added in place (no table copy: see 0007): ``kind`` NOT NULL with a server default of
+``full`` (every stored snapshot was a full refit), ``tuned`` nullable (a stored snapshot has none: the
+next fit is a full refit).
 
 Revision ID: 0011
 Revises: 0010
@@ -23,7 +25,9 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     op.add_column("snapshots", sa.Column("kind", sa.String(8), nullable=False, server_default="full"))
+    op.add_column("snapshots", sa.Column("tuned", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column("snapshots", "tuned")
     op.drop_column("snapshots", "kind")

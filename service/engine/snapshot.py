@@ -153,19 +153,6 @@ class Snapshot:
         np.savez(buf, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **arrays)
         return buf.getvalue()
 
-    @staticmethod
-    def meta_of(data: bytes | None) -> dict[str, Any]:
-        """The ``meta`` of a stored snapshot, read without its arrays; empty for None or a damaged one."""
-        if data is None:
-            return {}
-        try:
-            with np.load(io.BytesIO(data), allow_pickle=False) as z:
-                header = json.loads(bytes(z["header"]).decode())
-        except (ValueError, OSError, KeyError, TypeError, EOFError, zipfile.BadZipFile):
-            return {}
-        meta = header.get("meta") if isinstance(header, dict) else None
-        return meta if isinstance(meta, dict) else {}
-
     @classmethod
     def from_bytes(cls, data: bytes) -> Snapshot:
         """Inverse of ``to_bytes``; any damage (truncation, junk, missing parts) is a ValueError."""

@@ -33,11 +33,14 @@ class FitResult:
     snapshot: bytes
     device_fallback: str | None = None  # why a CUDA fit was refitted on the CPU
     n_failed: int = 0  # failed configurations it learned from
+    kind: str = "full"  # full refit or update (engine.retune)
+    tuned: dict[str, Any] | None = None  # the hyperparameters the next fit keeps (``Tuned.to_dict``)
 
     @classmethod
     def of(cls, snap: Snapshot) -> FitResult:
         return cls(snap.n_obs, snap.method, snap.fit_seconds, snap.meta.get("device", "cpu"), snap.to_bytes(),
-                   snap.meta.get("device_fallback"), int(snap.meta.get("n_failed", 0)))
+                   snap.meta.get("device_fallback"), int(snap.meta.get("n_failed", 0)),
+                   snap.meta.get("fit", {}).get("kind", "full"), snap.meta.get("tuned"))
 
     def __repr__(self) -> str:
         return reprs.build(self, ("n_obs", str(self.n_obs)), ("method", repr(self.method)),
@@ -46,7 +49,7 @@ class FitResult:
 
     def to_dict(self) -> dict[str, Any]:
         out = {"n_obs": self.n_obs, "fit_seconds": self.fit_seconds, "method": self.method, "device": self.device,
-               "snapshot": self.snapshot, "n_failed": self.n_failed}
+               "snapshot": self.snapshot, "n_failed": self.n_failed, "fit_kind": self.kind, "tuned": self.tuned}
         if self.device_fallback:
             out["device_fallback"] = self.device_fallback
         return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import delete, select, update
 
 from ..errors import NotFound
@@ -45,21 +47,22 @@ class FitQueries:
                                                    .where(TrialRow.study_id == study_id, TrialRow.state == "failed")
                                                    .order_by(TrialRow.number))
                       if not blameless(record)]
-            # the newest snapshot: what a fit keeps of it (the tuned hyperparameters, engine.retune)
-            newest = s.scalar(select(SnapshotRow.data).where(SnapshotRow.study_id == study_id,
+            # what a fit keeps of the newest snapshot: its tuned hyperparameters (engine.retune)
+            tuned = s.scalar(select(SnapshotRow.tuned).where(SnapshotRow.study_id == study_id,
                                                              SnapshotRow.version == row[4])) if row[4] else None
             return FitInputs(row[0], observations, row[1], list(running),
                              constraints if constrained else None, int(row[2] or 0), failed, int(row[3] or 0),
-                             newest)
+                             tuned)
 
     def save_snapshot(self, study_id: int, *, n_obs: int, method: str, fit_seconds: float,
                       data: bytes, device: str | None = None, revision: int | None = None,
-                      n_failed: int = 0, kind: str = "full") -> int | None:
+                      n_failed: int = 0, kind: str = "full", tuned: dict[str, Any] | None = None) -> int | None:
         """Store a fit's snapshot if it is newer than the study's; return its version. A fit on
         ``n_obs`` observations and ``n_failed`` failures is newer when it saw more observations, or
         as many and more failures (both only grow). ``revision``: the definition's revision the fit
         read (``FitInputs.revision``); a fit of a space that has grown since is not stored (its
-        candidates lack the new parameters). ``kind``: ``full`` or ``update`` (``engine.retune``)."""
+        candidates lack the new parameters). ``kind``: ``full`` or ``update``; ``tuned``: the
+        hyperparameters the next fit keeps (``engine.retune``)."""
         try:
             with self.locked(study_id) as tx:
                 st = tx.study
@@ -69,7 +72,7 @@ class FitQueries:
                 version = st.snapshot_version + 1
                 tx.session.add(SnapshotRow(study_id=study_id, version=version, n_obs=n_obs, method=method,
                                            fit_seconds=fit_seconds, device=device, created_at=now(),
-                                           data=data, kind=kind))
+                                           data=data, kind=kind, tuned=tuned))
                 st.snapshot_version = version
                 st.snapshot_n_obs = n_obs
                 st.snapshot_n_failed = n_failed

@@ -94,7 +94,7 @@ class FitInputs:
     revision: int = 0  # the definition's revision: a snapshot fitted on another is not saved
     failed: list[dict[str, Any]] = field(default_factory=list)  # params of the failed trials a fit learns from
     snapshot_n_failed: int = 0  # failures the newest snapshot learned
-    snapshot: bytes | None = None  # the newest snapshot's stored form (None before the first fit)
+    tuned: dict[str, Any] | None = None  # the newest snapshot's hyperparameters for the next fit (engine.retune)
 
 
 class Progress(NamedTuple):

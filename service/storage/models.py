@@ -142,6 +142,7 @@ class SnapshotRow(Base):
     device: Mapped[str | None] = mapped_column(String(16), nullable=True)  # where the fit trained
     # full: hyperparameters tuned; update: the newest full refit's kept (engine.retune)
     kind: Mapped[str] = mapped_column(String(8), default="full", server_default="full")
+    tuned: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # what the next fit keeps
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     data: Mapped[bytes] = mapped_column(Blob)
 

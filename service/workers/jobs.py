@@ -21,7 +21,6 @@ import numpy as np
 
 from calibo.engine import EngineConfig, SearchSpace, fit
 from calibo.engine.retune import Tuned
-from calibo.engine.snapshot import Snapshot
 from calibo.engine.study import FitResult, StudySpec
 
 from ..storage import Storage
@@ -115,10 +114,9 @@ def fit_study(study_id: int, storage: Storage | None = None, save: bool = True) 
                 "n_failed": inputs.snapshot_n_failed}
     t1 = time.perf_counter()
     snap = spec.fit(inputs.observations, pending=inputs.running, constraints=inputs.constraints, device=_device,
-                    failed=failed, tuned=Tuned.of(Snapshot.meta_of(inputs.snapshot)))
+                    failed=failed, tuned=Tuned.from_dict(inputs.tuned))
     t2 = time.perf_counter()
-    result = {"study_id": study_id, "status": "fitted", **FitResult.of(snap).to_dict(), "revision": inputs.revision,
-              "fit_kind": snap.meta.get("fit", {}).get("kind", "full")}
+    result = {"study_id": study_id, "status": "fitted", **FitResult.of(snap).to_dict(), "revision": inputs.revision}
     # where the job's time went (``Metrics.observe_fit``): reading its inputs, the engine's fit, the
     # snapshot's encoding; ``store`` adds the write
     result["phases"] = {"load": t1 - t0, "fit": t2 - t1, "encode": time.perf_counter() - t2}
@@ -136,7 +134,8 @@ def store(storage: Storage, result: dict[str, Any]) -> dict[str, Any]:
     version = storage.save_snapshot(result["study_id"], n_obs=result["n_obs"], method=result["method"],
                                     fit_seconds=result["fit_seconds"], data=data,
                                     device=result.get("device", "cpu"), revision=result.get("revision"),
-                                    n_failed=result.get("n_failed", 0), kind=result.get("fit_kind", "full"))
+                                    n_failed=result.get("n_failed", 0), kind=result.get("fit_kind", "full"),
+                                    tuned=result.get("tuned"))
     if "phases" in result:
         result["phases"]["store"] = time.perf_counter() - t0
     log.debug("study %s: fitted on %d observations in %.3f s (version %s)",
