@@ -128,7 +128,7 @@ class _Posterior:
         shaped = (isinstance(k, Sum) and isinstance(k.k1, Product) and isinstance(k.k1.k1, ConstantKernel)
                   and isinstance(k.k1.k2, Matern) and k.k1.k2.nu == 2.5 and isinstance(k.k2, WhiteKernel))
         hyper = _hyper_of(k, d) if shaped else None
-        return None if hyper is None or gp._y_train_std != 1 else cls(gp, hyper)
+        return None if hyper is None or gp.normalize_y else cls(gp, hyper)
 
     def moments(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         r = cdist(X / self.ls, self.train) * np.sqrt(5.0)
