@@ -127,6 +127,40 @@ def test_four_processes_share_one_server_study(server, tmp_path: Path) -> None: 
     assert 0 < fits <= results
 
 
+def test_a_parameter_the_server_holds_unconditionally_never_makes_a_trial_repeat_another(server, tmp_path: Path) -> None:  # noqa: ANN001
+    """The first completed trial took branch b, so the server's study holds ``k`` unconditionally and
+    suggests it to branch-a trials too, where the objective does not ask for it: a suggestion that
+    differs from an earlier one only there would run the same configuration. The sampler asks again
+    instead, and the suggestion it set aside is told failed (interrupted: no fit, no failure learned)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="branches", storage=storage)
+    study.add_trial(optuna.trial.create_trial(
+        params={"kind": "b", "x": 2.0, "k": 3}, value=1.6, distributions={
+            "kind": CategoricalDistribution(["a", "b"]), "x": FloatDistribution(-3.0, 3.0), "k": IntDistribution(0, 5)}))
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER.replace('"shared"', '"branches"'))
+    procs = [subprocess.Popen([sys.executable, str(script), storage, server.url, "40"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(outs)
+
+    trials = optuna.load_study(study_name="branches", storage=storage).trials
+    assert len(trials) == 81
+    ran = Counter(json.dumps(t.params, sort_keys=True) for t in trials)
+    assert max(ran.values()) == 1, [k for k, n in ran.items() if n > 1]
+    views, told = _server_trials(server.url, "branches")
+    assert "condition" not in views[0]["space"]["k"]  # what makes the repeats possible
+    set_aside = [t for t in told if t["state"] == "failed"
+                 and "repeats the configuration of Optuna trial" in (t.get("user_attrs") or {}).get("fail_reason", "")]
+    assert set_aside  # the server did suggest repeats here: without the check they would have run
+    assert all(t["params"]["kind"] == "a" for t in set_aside)
+    # the suggestion an Optuna trial keeps (and ran) is the last one asked for it, never one set aside
+    kept = {json.loads(t.system_attrs["calibo:remote"])["trial"] for t in trials if "calibo:remote" in t.system_attrs}
+    assert kept and not kept & {t["id"] for t in set_aside}
+
+
 DEFINE_BY_RUN = textwrap.dedent('''
     import sys
     import optuna

@@ -18,7 +18,8 @@ crowd-aware select (a trial asked by any process is pending for every other).
   server's parameter. The trials told before keep their values, the new parameter inactive for them.
   What the server holds otherwise stays as it is (a parameter learned conditional later that the
   server holds unconditionally: the server's suggestion of it is unused where the objective does not
-  ask for it). A parameter whose Optuna distribution the server's cannot become by growth (another
+  ask for it; a suggestion that would so run, or run as a trial told before a parameter was added
+  ran, another Optuna trial's configuration is told failed, interrupted, and asked again). A parameter whose Optuna distribution the server's cannot become by growth (another
   type or scale, a narrower range, fewer choices: a study name reused by another Optuna study) is a
   ``ValueError`` naming it. A categorical keeps its choices; a stepped float or int is the index of
   its grid (a reused name with another grid of the same size is not detected).
@@ -82,6 +83,7 @@ _ATTR = "calibo:remote"  # the Optuna trial's system attribute: {"study", "trial
 _OWNER = "calibo:worker"  # the process (host-pid) that ran the Optuna trial
 _NAME_LIMIT = 255  # the server's longest study name
 _CUT = 200  # a longer Optuna study name: its first _CUT characters, "-", a hash of the whole
+_REPEATS = 8  # suggestions that would repeat an Optuna trial's configuration, asked again at most this often
 
 
 class _Codec:
@@ -169,6 +171,20 @@ class TrialSeededRandom(RandomSampler):
         key = f"{self._base}-{study.study_name}-{trial.number}-{param_name}"
         one = RandomSampler(seed=int(hashlib.sha1(key.encode()).hexdigest()[:8], 16))
         return one.sample_independent(study, trial, param_name, param_distribution)
+
+
+def _active(params: dict[str, Any], conditions: dict[str, tuple[str, list[Any]]]) -> dict[str, Any]:
+    """The parameters of ``params`` that the objective asks for, as the learned ``conditions`` say
+    (a child whose parent is absent or takes another value is left out, and so are its children)."""
+    out = dict(params)
+    changed = True
+    while changed:
+        changed = False
+        for child, (parent, values) in conditions.items():
+            if child in out and (parent not in out or _key(out[parent]) not in {_key(v) for v in values}):
+                del out[child]
+                changed = True
+    return out
 
 
 def _value_of(trial: FrozenTrial, state: TrialState, values: Sequence[float] | None) -> Any:
@@ -417,18 +433,47 @@ class RemoteBackend:
                         conditions: dict[str, tuple[str, list[Any]]]) -> dict[str, Any]:
         srv = self._server(study, search_space, conditions)
         run = self._run(study)
-        asked = self.client.ask(srv.id, 1, self.worker, f"optuna-{run}-{trial.number}",
-                                user_attrs={"optuna_trial": trial.number, "optuna_run": run})[0]
-        params = {}
-        for name, x in asked.params.items():
-            if name in search_space:  # the rest: not in this trial's relative space (see the docstring)
-                try:
-                    params[name] = _Codec(search_space[name]).back(x)
-                except (ValueError, TypeError):
-                    continue  # the server's study holds more than the Optuna distribution: drawn independently
-        study._storage.set_trial_system_attr(trial._trial_id, _ATTR, json.dumps(
-            {"study": srv.id, "trial": asked.id, "params": params, "server": asked.params}))
+        for attempt in range(_REPEATS + 1):
+            key = f"optuna-{run}-{trial.number}" + (f"-r{attempt}" if attempt else "")
+            asked = self.client.ask(srv.id, 1, self.worker, key,
+                                    user_attrs={"optuna_trial": trial.number, "optuna_run": run})[0]
+            params = {}
+            for name, x in asked.params.items():
+                if name in search_space:  # the rest: not in this trial's relative space (see the docstring)
+                    try:
+                        params[name] = _Codec(search_space[name]).back(x)
+                    except (ValueError, TypeError):
+                        continue  # the server's study holds more than the Optuna distribution: drawn independently
+            # stored before the check: of two processes asking at once, the later check sees the other
+            study._storage.set_trial_system_attr(trial._trial_id, _ATTR, json.dumps(
+                {"study": srv.id, "trial": asked.id, "params": params, "server": asked.params}))
+            earlier = self._repeats(study, trial, _active(params, conditions), conditions)
+            if earlier is None or attempt == _REPEATS:
+                break
+            unused = ", ".join(sorted(set(params) - set(_active(params, conditions)))) or "no other parameter"
+            try:  # not run: interrupted, so the server neither fits on it nor learns a failure from it
+                self.client.tell(srv.id, asked.id, state="failed", interrupted=True, user_attrs={
+                    "fail_reason": f"repeats the configuration of Optuna trial {earlier} (the objective does not "
+                                   f"ask for {unused} there); asked again"})
+            except CaliboError as exc:
+                if exc.status != 409:  # 409: told already (a restarted process asking again)
+                    raise
         return params
+
+    @staticmethod
+    def _repeats(study: Study, trial: FrozenTrial, runs: dict[str, Any],
+                 conditions: dict[str, tuple[str, list[Any]]]) -> int | None:
+        """The number of another Optuna trial that ran, or was suggested to run, the configuration
+        ``runs`` (a running trial by its stored suggestion), or None."""
+        want = _key(runs)
+        for t in study._get_trials(deepcopy=False, use_cache=False):
+            if t.number == trial.number:
+                continue
+            stored = t.system_attrs.get(_ATTR) if t.state == TrialState.RUNNING else None
+            if _key(t.params) == want or (stored is not None and _key(_active(
+                    {**json.loads(stored)["params"], **t.params}, conditions)) == want):
+                return t.number
+        return None
 
     @staticmethod
     def _ran_as_suggested(trial: FrozenTrial, suggested: dict[str, Any]) -> bool:
