@@ -12,21 +12,19 @@ from ..errors import Conflict
 from ..storage import StudyTx, now
 from .definitions import StudyDef
 from .views import asked_view
-
-# an ask queued for the study's write batch: (count, worker_id, Idempotency-Key, user_attrs)
-AskItem = tuple[int, str | None, str | None, dict[str, Any] | None]
+from .writes import AskWrite
 
 
 class AskSteps:
     """:class:`StudyService`'s ask steps (mixed into it: they use its storage, caches and settings)."""
 
-    def _ask_in(self, tx: StudyTx, sd: StudyDef, items: list[AskItem]) -> list[Any]:
+    def _ask_in(self, tx: StudyTx, sd: StudyDef, items: list[AskWrite]) -> list[Any]:
         out: list[Any] = [None] * len(items)
         # retried asks: answer what their key created (earlier, or earlier in this batch)
-        keyed = {k for _, _, k, _ in items if k is not None}
+        keyed = {w.key for w in items if w.key is not None}
         done = {k: [asked_view(t) for t in ts] for k, ts in tx.asked_with(list(keyed)).items()} if keyed else {}
         fresh, first_of = [], {}
-        for i, (_, _, key, _) in enumerate(items):
+        for i, key in enumerate(w.key for w in items):
             if key in done:
                 out[i] = done[key]
             elif key is not None and key in first_of:
@@ -38,12 +36,12 @@ class AskSteps:
         if fresh:
             for i, answer in zip(fresh, self._ask_fresh(tx, sd, [items[i] for i in fresh]), strict=True):
                 out[i] = answer
-        for i, (_, _, key, _) in enumerate(items):
+        for i, w in enumerate(items):
             if out[i] is None:
-                out[i] = out[first_of[key]]
+                out[i] = out[first_of[w.key]]
         return out
 
-    def _ask_fresh(self, tx: StudyTx, sd: StudyDef, items: list[AskItem]) -> list[Any]:
+    def _ask_fresh(self, tx: StudyTx, sd: StudyDef, items: list[AskWrite]) -> list[Any]:
         """Select and record new trials for ``items``: one answer (trials, or an error) per item.
 
         Enqueued trials go first, oldest first, each to exactly one ask (they are handed out inside
@@ -52,7 +50,7 @@ class AskSteps:
         """
         study_id = sd.id
         st = tx.study
-        total = sum(c for c, _, _, _ in items)
+        total = sum(w.count for w in items)
         waiting = self._queue(tx, total)
         fixed = [t for t in waiting if sd.space.complete(t.params)]
         running = tx.running_trials()
@@ -84,14 +82,14 @@ class AskSteps:
                           "shown": None if s.prediction is None else s.prediction.public()})
         # the batch's trials go to its asks in arrival order
         owners: list[int] = []
-        for j, (count, worker_id, key, attrs) in enumerate(items):
-            for _ in range(count):
+        for j, w in enumerate(items):
+            for _ in range(w.count):
                 if len(owners) < len(specs):
                     spec = specs[len(owners)]
-                    spec["worker_id"] = worker_id
-                    spec["ask_key"] = key
-                    if attrs:
-                        spec["user_attrs"] = attrs
+                    spec["worker_id"] = w.worker_id
+                    spec["ask_key"] = w.key
+                    if w.user_attrs:
+                        spec["user_attrs"] = w.user_attrs
                     owners.append(j)
         new = [spec for spec in specs if "trial" not in spec]
         made = iter(tx.add_trials(new))

@@ -42,6 +42,7 @@ from .pareto import pareto as pareto_of
 from .reports import report
 from .tells import TellSteps
 from .views import study_summary, study_view, trial_view
+from .writes import AskWrite, TellWrite, Write
 
 # An ask while trials run waits for the fit in flight when the newest fit took at most this share of
 # a trial's median run time, and for no longer (StudyService._maybe_wait_for_fit).
@@ -217,7 +218,7 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
         with self._active(study_id):
             if self._inflight[study_id] == 1:  # maybe a sequential user: see _maybe_wait_for_fit
                 await anyio.to_thread.run_sync(self._maybe_wait_for_fit, sd)
-            out = await self._writes(study_id, ("ask", (count, worker_id, key, user_attrs)))
+            out = await self._writes(study_id, AskWrite(count, worker_id, key, user_attrs))
         if self.metrics is not None and isinstance(out, list):
             self.metrics.asked.inc(len(out))
         return out
@@ -235,21 +236,21 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
                 if not self._inflight[study_id]:
                     del self._inflight[study_id]
 
-    def _write_batch(self, study_id: int, items: list[tuple[str, Any]]) -> list[Any]:
+    def _write_batch(self, study_id: int, items: list[Write]) -> list[Any]:
         """One transaction for every ask and tell queued on the study: the tells first, in
         arrival order (so the asks see their outcomes), then one select for all the asks."""
         sd = self.study(study_id)
-        tells = [i for i, (kind, _) in enumerate(items) if kind == "tell"]
-        asks = [i for i, (kind, _) in enumerate(items) if kind == "ask"]
+        tells = [(i, w) for i, w in enumerate(items) if isinstance(w, TellWrite)]
+        asks = [(i, w) for i, w in enumerate(items) if isinstance(w, AskWrite)]
         out: list[Any] = [None] * len(items)
         try:
             with self.storage.locked(study_id) as tx:
                 sd = self._current(tx, sd)  # another process may have grown the space
                 if tells:
-                    for i, r in zip(tells, self._tell_in(tx, sd, [items[i][1] for i in tells]), strict=True):
+                    for (i, _), r in zip(tells, self._tell_in(tx, sd, [w for _, w in tells]), strict=True):
                         out[i] = r
                 if asks:
-                    for i, r in zip(asks, self._ask_in(tx, sd, [items[i][1] for i in asks]), strict=True):
+                    for (i, _), r in zip(asks, self._ask_in(tx, sd, [w for _, w in asks]), strict=True):
                         out[i] = r
         except BaseException:
             # the finished-keys cache may have read this transaction's own (now rolled back) tells:
@@ -287,8 +288,9 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
         value, values = check_outcome(sd, state, value, values)
         constraints = check_constraints(sd, state, constraints)
         with self._active(study_id):
-            view, changed, n_complete = await self._writes(
-                study_id, ("tell", (trial_id, value, state, constraints, user_attrs, values, interrupted)))
+            told = await self._writes(study_id, TellWrite(trial_id, state, value, values, constraints, user_attrs,
+                                                          interrupted))
+        view, changed, n_complete = told.view, told.changed, told.n_complete
         if changed and self.metrics is not None:
             self.metrics.told.labels(state).inc()
         feeds = state == "complete" or (state == "pruned" and value is not None and sd.pruner.feed_pruned) \

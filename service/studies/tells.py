@@ -13,18 +13,21 @@ from ..storage import INTERRUPTED, StudyTx, expired, feasible
 from .definitions import StudyDef
 from .outcomes import same_value
 from .views import trial_view
+from .writes import TellWrite, Told
 
 
 class TellSteps:
     """:class:`StudyService`'s tell step (mixed into it)."""
 
-    def _tell_in(self, tx: StudyTx, sd: StudyDef, items: list[tuple]) -> list[Any]:
+    def _tell_in(self, tx: StudyTx, sd: StudyDef, items: list[TellWrite]) -> list[Told | Exception]:
         study_id = sd.id
-        out: list[Any] = []
-        trials = tx.trials([item[0] for item in items])
+        out: list[tuple[dict[str, Any], bool] | Exception] = []
+        trials = tx.trials([item.trial_id for item in items])
         adaptive = None  # loaded at the first completion, adapted tell by tell, stored once
         adapted = False
-        for trial_id, value, state, constraints, attrs, values, interrupted in items:
+        for item in items:
+            trial_id, value, state, constraints = item.trial_id, item.value, item.state, item.constraints
+            attrs, values = item.user_attrs, item.values
             trial = trials.get(trial_id)
             if trial is None:
                 out.append(NotFound(f"trial {trial_id} not found in study {study_id}", field="trial_id"))
@@ -66,13 +69,13 @@ class TellSteps:
                 tx.finish(trial, "complete", value, None if record is None else record.to_dict(), better, constraints=constraints, values=values,
                           user_attrs=attrs)
             else:
-                tx.finish(trial, state, value, {"reason": INTERRUPTED} if interrupted else None,
+                tx.finish(trial, state, value, {"reason": INTERRUPTED} if item.interrupted else None,
                           constraints=constraints, user_attrs=attrs)
             out.append((trial_view(trial), True))
         if adapted:
             tx.set_state(adaptive.to_dict())
         n_complete = tx.study.n_complete
-        return [r if isinstance(r, Exception) else (*r, n_complete) for r in out]
+        return [r if isinstance(r, Exception) else Told(*r, n_complete) for r in out]
 
 
 def _new_attrs(stored: dict[str, Any] | None, told: dict[str, Any] | None) -> list[str]:
