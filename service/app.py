@@ -139,6 +139,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     metrics = app.state.metrics = Metrics()
     errors.install(app)
+    _middleware(app, settings, tokens, per_token, auth_failures, metrics)
+    _service_routes(app, settings, metrics, bool(tokens))
+    app.include_router(router, dependencies=[AUTH_DOC] if tokens else None)
+    install_dashboard(app)
+    return app
+
+
+def _middleware(app: FastAPI, settings: Settings, tokens: Any, per_token: Any, auth_failures: Any,
+                metrics: Metrics) -> None:
+    """The middleware stack, innermost first."""
     # outermost last: CatchAll sees everything, auth runs before any body is read
     app.add_middleware(HeadAsGet)  # innermost: HEAD routes as GET (logged and authorised as HEAD)
     app.add_middleware(StudyPath)  # before routing, a study name's %2F stays in its segment
@@ -149,10 +159,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(CatchAll)
     app.add_middleware(RequestContext, metrics=metrics, access_log=settings.access_log)
     # outermost: on every answer, errors included; /docs and /redoc load their CDN scripts
-    app.add_middleware(SecurityHeaders, docs=("/docs", "/redoc") if docs else ())
+    app.add_middleware(SecurityHeaders, docs=("/docs", "/redoc") if settings.docs else ())
     if settings.trusted_proxies:  # before all of them: every layer sees the client behind the proxies
         app.add_middleware(ForwardedFor, trusted=settings.trusted_proxies)
 
+
+def _service_routes(app: FastAPI, settings: Settings, metrics: Metrics, auth: bool) -> None:
+    """The service's own routes: readiness, liveness and the Prometheus metrics."""
     @app.get("/healthz", response_model=Health, tags=["service"], summary="Readiness",
              description="200 while the database answers (checked at most once a second) and every fit "
              "process is alive and warmed up; 503 with Retry-After while the database does not answer, the "
@@ -180,11 +193,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
              "counts, snapshot lag, coverage and breach rate per interval pair over its last 100 predicted "
              "trials (read from the database at most every 10 s). Needs a token (any) when auth is on.",
              response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
-             dependencies=[AUTH_DOC] if tokens else None)
+             dependencies=[AUTH_DOC] if auth else None)
     async def metrics_page() -> Response:
         body = await anyio.to_thread.run_sync(metrics.render)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
-
-    app.include_router(router, dependencies=[AUTH_DOC] if tokens else None)
-    install_dashboard(app)
-    return app

@@ -211,58 +211,14 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     mo = MultiScore(config, signs, Y, feasible, [warp] + [o.warp for o in objs], levels, rng) if objs else None
 
     if candidates is None:
-        cand = candidate_set(space, U, np.where(feasible, rank_y, rank_y + np.ptp(rank_y) + 1.0), rng,
-                             n_candidates=config.n_candidates, top_k=config.top_k,
-                             mutation_fraction=config.mutation_fraction)
-        if cand.shape[0]:
-            extra = _searched(space, [cf.model] + [o.cf.model for o in objs], cand, U, rank_y, feasible, best,
-                              config, [(o.cf.model, t) for o, t in zip(cons, thresholds, strict=True)], mo,
-                              space.to_unit(list(pending)) if pending else None)
-            if extra.shape[0]:
-                cand = np.vstack([cand, extra])
-        if pending:
-            cand = _with_running(space, cand, pending)
+        cand = _candidates(space, U, rank_y, feasible, rng, config, best, [cf.model] + [o.cf.model for o in objs],
+                           [(o.cf.model, t) for o, t in zip(cons, thresholds, strict=True)], mo, pending)
     else:
         cand = space.snap(candidates)
     Xc = space.features(cand)
-
-    def quantiles(model) -> np.ndarray:  # an exhausted small space leaves no candidate
-        return model.predict_quantiles(Xc) if Xc.shape[0] else np.empty((0, levels.size))
-
-    def f32(a: np.ndarray) -> np.ndarray:  # what storage keeps, so stored == in-memory
-        return a.astype(np.float32).astype(np.float64)
-
-    def spread(model) -> np.ndarray:
-        return model.predict_scale(Xc) if Xc.shape[0] else np.empty(0)
-
-    def outputs(c, objective: bool = True) -> dict[str, Any]:
-        """What a snapshot keeps of a conformal fit at the candidates."""
-        out = {"raw": None, "fold_raw": None, "scale": None, "fold_scale": None,
-               "scores": c.scores, "fold_of": c.fold_of, "signal": None}
-        if objective and Xc.shape[0]:
-            raw, signal = c.model.predict_quantiles_and_signal(Xc)
-            out["signal"] = f32(signal)
-        else:
-            raw = quantiles(c.model)
-        out["raw"] = f32(raw)
-        if c.fold_models is not None:
-            out["fold_raw"] = f32(np.stack([quantiles(m) for m in c.fold_models]))
-        if c.scaled:
-            out["scale"] = f32(spread(c.model))
-            if c.fold_models is not None:
-                out["fold_scale"] = f32(np.stack([spread(m) for m in c.fold_models]))
-        else:  # split with a refit: the correction carried to the shown model at each candidate
-            moved = c.transport(Xc, raw)
-            out["scale"] = None if moved is None else f32(moved)
-        return out
-
-    mine = outputs(cf)
+    mine = _at_candidates(cf, Xc, levels)
     raw = mine["raw"]
-    heads = [Head(kind="objective", best=_incumbent(o.y, feasible),
-                  sign=signs[j], warp=None if o.warp.identity else o.warp.to_dict(), **outputs(o.cf))
-             for j, o in enumerate(objs, start=1)]
-    heads += [Head(kind="constraint", threshold=t, warp=None if o.warp.identity else o.warp.to_dict(),
-                   **outputs(o.cf, objective=False)) for o, t in zip(cons, thresholds, strict=True)]
+    heads = _heads(objs, cons, signs, thresholds, feasible, Xc, levels)
     meta = {"device": cf.model.ran_on, "rank_p": _rank_p([main] + objs),
             "crowd": crowd.fit_info(cf.model, cand, raw, [o.cf.model for o in objs]), "fit": fit_kind}
     if tuned is not None:
@@ -273,32 +229,84 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
         meta["n_feasible"] = int(feasible.sum())
     success = None
     if failed:  # its own seed: a study without failures draws as before
-        success = f32(log_success(space, U, space.to_unit(list(failed)), cand, fit_seed + 7))
+        success = _f32(log_success(space, U, space.to_unit(list(failed)), cand, fit_seed + 7))
         meta["n_failed"] = len(failed)
     if objs:
         meta["directions"] = list(dirs)
     return Snapshot(
-        n_obs=n,
-        method=cf.method,
-        levels=levels,
-        candidates=cand,
-        raw=raw,
-        best=best,
-        observed=U,
-        scores=cf.scores,
-        fold_raw=mine["fold_raw"],
-        fold_of=cf.fold_of,
-        scale=mine["scale"],
-        fold_scale=mine["fold_scale"],
-        signal=mine["signal"],
-        surrogate=config.surrogate,
-        fit_seconds=time.perf_counter() - t0,
-        meta=meta,
-        heads=heads,
-        observed_y=Y if objs else None,
-        observed_ok=feasible if objs else None,
-        success=success,
+        n_obs=n, method=cf.method, levels=levels, candidates=cand, raw=raw, best=best, observed=U,
+        scores=cf.scores, fold_raw=mine["fold_raw"], fold_of=cf.fold_of, scale=mine["scale"],
+        fold_scale=mine["fold_scale"], signal=mine["signal"], surrogate=config.surrogate,
+        fit_seconds=time.perf_counter() - t0, meta=meta, heads=heads,
+        observed_y=Y if objs else None, observed_ok=feasible if objs else None, success=success,
     )
+
+
+def _candidates(space: SearchSpace, U: np.ndarray, rank_y: np.ndarray, feasible: np.ndarray,
+                rng: np.random.Generator, config: EngineConfig, best: float, models: Sequence[Any],
+                constraints: Sequence[tuple[Any, float]], mo: MultiScore | None,
+                pending: Sequence[dict[str, Any]]) -> np.ndarray:
+    """The fit's own candidate set: drawn and mutated (``candidate_set``; the infeasible ranked after
+    the feasible), the local search's optima (``_searched``) and the running configurations."""
+    cand = candidate_set(space, U, np.where(feasible, rank_y, rank_y + np.ptp(rank_y) + 1.0), rng,
+                         n_candidates=config.n_candidates, top_k=config.top_k,
+                         mutation_fraction=config.mutation_fraction)
+    if cand.shape[0]:
+        extra = _searched(space, models, cand, U, rank_y, feasible, best, config, constraints, mo,
+                          space.to_unit(list(pending)) if pending else None)
+        if extra.shape[0]:
+            cand = np.vstack([cand, extra])
+    if pending:
+        cand = _with_running(space, cand, pending)
+    return cand
+
+
+def _heads(objs: Sequence[_Outcome], cons: Sequence[_Outcome], signs: Sequence[float], thresholds: Sequence[float],
+           feasible: np.ndarray, Xc: np.ndarray, levels: np.ndarray) -> list[Head]:
+    """The snapshot's heads: each further objective's conformal fit at the candidates, then each
+    constraint's (with its threshold in the warped units)."""
+    heads = [Head(kind="objective", best=_incumbent(o.y, feasible), sign=signs[j],
+                  warp=None if o.warp.identity else o.warp.to_dict(), **_at_candidates(o.cf, Xc, levels))
+             for j, o in enumerate(objs, start=1)]
+    heads += [Head(kind="constraint", threshold=t, warp=None if o.warp.identity else o.warp.to_dict(),
+                   **_at_candidates(o.cf, Xc, levels, objective=False))
+              for o, t in zip(cons, thresholds, strict=True)]
+    return heads
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    """What storage keeps (float32), so that the stored snapshot equals the one in memory."""
+    return a.astype(np.float32).astype(np.float64)
+
+
+def _at_candidates(c: Any, Xc: np.ndarray, levels: np.ndarray, objective: bool = True) -> dict[str, Any]:
+    """What a snapshot keeps of conformal fit ``c`` at the candidates ``Xc``: the raw quantiles (and
+    the fold models'), the scales of normalized scores, the scores and folds, the signal (an
+    objective's: what the crowd narrows)."""
+    def quantiles(model: Any) -> np.ndarray:  # an exhausted small space leaves no candidate
+        return model.predict_quantiles(Xc) if Xc.shape[0] else np.empty((0, levels.size))
+
+    def spread(model: Any) -> np.ndarray:
+        return model.predict_scale(Xc) if Xc.shape[0] else np.empty(0)
+
+    out = {"raw": None, "fold_raw": None, "scale": None, "fold_scale": None,
+           "scores": c.scores, "fold_of": c.fold_of, "signal": None}
+    if objective and Xc.shape[0]:
+        raw, signal = c.model.predict_quantiles_and_signal(Xc)
+        out["signal"] = _f32(signal)
+    else:
+        raw = quantiles(c.model)
+    out["raw"] = _f32(raw)
+    if c.fold_models is not None:
+        out["fold_raw"] = _f32(np.stack([quantiles(m) for m in c.fold_models]))
+    if c.scaled:
+        out["scale"] = _f32(spread(c.model))
+        if c.fold_models is not None:
+            out["fold_scale"] = _f32(np.stack([spread(m) for m in c.fold_models]))
+    else:  # split with a refit: the correction carried to the shown model at each candidate
+        moved = c.transport(Xc, raw)
+        out["scale"] = None if moved is None else _f32(moved)
+    return out
 
 
 # what fit's local search optimises for each acquisition: a deterministic stand-in for the sampled ones

@@ -89,7 +89,8 @@ def _prediction(snap: Snapshot, row: int, Q: np.ndarray, alphas: np.ndarray, sig
     objective), and each constraint's (``heads``: the calibrated quantiles and alphas of every
     snapshot head)."""
     def of(kind: str) -> list[OutcomePrediction]:
-        return [_outcome(h.bounds(snap.method), snap.method, snap.levels, row, Qh, ah, h.sign, Warp.from_dict(h.warp))
+        return [_outcome(h.bounds(snap.method), snap.method, snap.levels, row, Qh, ah, h.sign,
+                         Warp.from_dict(h.warp))
                 for h, (Qh, ah) in zip(snap.heads, heads, strict=True) if h.kind == kind]
 
     outcomes = [_outcome(snap.bounds, snap.method, snap.levels, row, Q, alphas, sign,
@@ -178,59 +179,125 @@ def select(
         pts = warmup_points(space, seed, asked, count, busy_keys)
         return [Suggestion(p, None) for p in space.from_unit(pts)] if len(pts) else []
 
-    cand = snapshot.candidates
+    index = _index(snapshot)
+    alive = _alive(snapshot, index, busy_keys)
+    alphas = np.array([s.alpha for s in state.states], dtype=float)
+    Q = snapshot.bounds.at(alphas)  # what each suggestion's prediction reports, and adapt scores
+    raw_search = snapshot.n_obs < SEARCH_CONFORMALIZED_FROM
+    narrowed = narrows(config, several=bool(snapshot.meta.get("directions")))
+    view = crowd.Crowd(snapshot, space,
+                       scored(_searched(Q, snapshot.raw, raw_search), snapshot.signal if narrowed else None))
+    if pending:
+        view.add(view.rows_of(pend_unit, pend_keys, index))
+    heads, log_pf = _calibrated_heads(snapshot, state, raw_search)
+    score, acquisition, kind = _scoring(snapshot, config, view, heads, log_pf, raw_search, rng,
+                                        np.random.default_rng([seed, asked, 17]))
+
+    rows: list[int] = []
+    preds: list[Prediction] = []
+    for _ in range(count):
+        if not alive.any():
+            break
+        if kind.mo is not None and kind.mo.kind == "parego":  # ParEGO: a fresh scalarisation for every choice
+            kind.mo.weights = multi.simplex_weights(kind.mo.m, rng)
+        sc = view.scores(score, acquisition)
+        idx = np.flatnonzero(alive)
+        row = int(idx[np.argmin(sc[idx])])
+        rows.append(row)
+        # the prediction is the calibrated one: the running points' outcomes are not known
+        preds.append(_prediction(snapshot, row, Q, alphas, sign, kind.name, sc[row], heads, log_pf))
+        alive[row] = False
+        if len(rows) < count:  # the next choice of the batch is conditioned on this one
+            view.add([row])
+    params = space.from_unit(snapshot.candidates[rows]) if rows else []
+    out = [Suggestion(p, pred) for p, pred in zip(params, preds, strict=True)]
+    if len(out) < count:
+        # The snapshot's candidates are used up (a crowd asked faster than fits land): the rest
+        # comes from the study's quasi-random sequence, without a prediction, rather than nothing.
+        taken = busy_keys | set(snapshot.candidate_keys()[r] for r in rows) | set(space.keys(snapshot.observed))
+        pts = warmup_points(space, seed, asked + len(out), count - len(out), taken)
+        out += [Suggestion(p, None) for p in space.from_unit(pts)] if len(pts) else []
+    return out
+
+
+def _index(snapshot: Snapshot) -> dict[bytes, int]:
+    """Candidate key -> row, computed once per snapshot (kept in its cache)."""
+    if "index" not in snapshot.cache:
+        snapshot.cache["index"] = {k: i for i, k in enumerate(snapshot.candidate_keys())}
+    return snapshot.cache["index"]
+
+
+def _alive(snapshot: Snapshot, index: dict[bytes, int], busy_keys: set[bytes]) -> np.ndarray:
+    """The busy mask, inverted: the candidates select may still return (not observed, running or
+    excluded; with a failure model, no near-duplicate of a failure, and what likely runs where any
+    candidate does)."""
     keys = snapshot.candidate_keys()
-    if "index" not in snapshot.cache:  # candidate key -> row, once per snapshot
-        snapshot.cache["index"] = {k: i for i, k in enumerate(keys)}
-    index = snapshot.cache["index"]
-    alive = np.ones(cand.shape[0], dtype=bool)
+    alive = np.ones(snapshot.candidates.shape[0], dtype=bool)
     if len(index) == len(keys):  # distinct candidates (fit's own set): one lookup per busy key
         alive[[index[k] for k in busy_keys if k in index]] = False
     elif busy_keys:  # given candidates may repeat a configuration
         alive &= np.array([k not in busy_keys for k in keys])
-    if snapshot.success is not None:  # no near-duplicate of a failure; what likely runs, where any does
+    if snapshot.success is not None:
         alive = likely(snapshot.success, alive)
-    alphas = np.array([s.alpha for s in state.states], dtype=float)
-    Q = snapshot.bounds.at(alphas)  # what each suggestion's prediction reports, and adapt scores
-    raw_search = snapshot.n_obs < SEARCH_CONFORMALIZED_FROM
+    return alive
 
-    def searched(calibrated: np.ndarray, raw: np.ndarray) -> np.ndarray:
-        """What the acquisition scores of an outcome: its calibrated quantiles from
-        ``SEARCH_CONFORMALIZED_FROM`` observations on (the quantile HPO paper's schedule), its
-        surrogate's own before (as ``Bounds.at`` gives a raw fit's)."""
-        return raw if raw_search else calibrated
 
-    dirs = snapshot.meta.get("directions")
-    narrowed = narrows(config, several=bool(dirs))
-    view = crowd.Crowd(snapshot, space, scored(searched(Q, snapshot.raw), snapshot.signal if narrowed else None))
-    if pending:
-        view.add(view.rows_of(pend_unit, pend_keys, index))
+def _searched(calibrated: np.ndarray, raw: np.ndarray, raw_search: bool) -> np.ndarray:
+    """What the acquisition scores of an outcome: its calibrated quantiles from
+    ``SEARCH_CONFORMALIZED_FROM`` observations on (the quantile HPO paper's schedule), its
+    surrogate's own before (as ``Bounds.at`` gives a raw fit's)."""
+    return raw if raw_search else calibrated
 
-    heads, log_pf = [], None
-    if snapshot.heads:
-        head_states = state.heads
-        if len(head_states) != len(snapshot.heads):
-            raise ValueError(f"the snapshot has {len(snapshot.heads)} heads; "
-                             f"the study state has {len(head_states)}")
-        for h, hs in zip(snapshot.heads, head_states, strict=True):
-            ah = np.array([st.alpha for st in hs], dtype=float)
-            heads.append((h.bounds(snapshot.method).at(ah), ah))
-        log_pf = sum(acq.log_prob_below(searched(Qh, h.raw), snapshot.levels, h.threshold)
-                     for h, (Qh, _) in zip(snapshot.heads, heads, strict=True) if h.kind == "constraint")
+
+def _calibrated_heads(snapshot: Snapshot, state: StudyState, raw_search: bool
+                      ) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray | None]:
+    """Each snapshot head's calibrated quantiles at its current alphas (and those alphas), and the
+    log probability of satisfying every constraint (None without constraint heads)."""
+    heads: list[tuple[np.ndarray, np.ndarray]] = []
+    if not snapshot.heads:
+        return heads, None
+    head_states = state.heads
+    if len(head_states) != len(snapshot.heads):
+        raise ValueError(f"the snapshot has {len(snapshot.heads)} heads; "
+                         f"the study state has {len(head_states)}")
+    for h, hs in zip(snapshot.heads, head_states, strict=True):
+        ah = np.array([st.alpha for st in hs], dtype=float)
+        heads.append((h.bounds(snapshot.method).at(ah), ah))
+    log_pf = sum(acq.log_prob_below(_searched(Qh, h.raw, raw_search), snapshot.levels, h.threshold)
+                 for h, (Qh, _) in zip(snapshot.heads, heads, strict=True) if h.kind == "constraint")
+    return heads, log_pf  # type: ignore[return-value]  # sum of arrays, or 0 without constraints
+
+
+@dataclass
+class _Kind:
+    """The acquisition a select runs: its name as predictions report it, and the multi-objective
+    score (None with one objective)."""
+
+    name: str
+    mo: MultiScore | None
+
+
+def _scoring(snapshot: Snapshot, config: EngineConfig, view: crowd.Crowd,
+             heads: Sequence[tuple[np.ndarray, np.ndarray]], log_pf: np.ndarray | None, raw_search: bool,
+             rng: np.random.Generator, mo_rng: np.random.Generator) -> tuple[Any, str, _Kind]:
+    """The scoring a select applies to the candidates (``view.scores`` calls it with the crowd's
+    quantiles and incumbent), the acquisition's name for the crowd penalty, and its kind."""
     any_feasible = snapshot.meta.get("n_feasible", 1) > 0
     # what the acquisition is weighed by: the probability of satisfying the constraints and of running
     # at all (the failure model's, engine.failures), both calibrated, taken as independent
     log_ok = log_pf
     if snapshot.success is not None:
         log_ok = snapshot.success if log_ok is None else log_ok + snapshot.success
-    acquisition, mo = config.acquisition, None
+    acquisition, mo, Qs = config.acquisition, None, []
+    dirs = snapshot.meta.get("directions")
     if dirs:  # several objectives: the first is the snapshot's own outcome, the others its objective heads
         objective = [i for i, h in enumerate(snapshot.heads) if h.kind == "objective"]
-        Qs = [view.Q] + [scored(searched(heads[i][0], snapshot.heads[i].raw), snapshot.heads[i].signal)
-                         for i in objective]
-        warps = [Warp.from_dict(snapshot.meta.get("warp"))] + [Warp.from_dict(snapshot.heads[i].warp) for i in objective]
+        Qs = [view.Q] + [scored(_searched(heads[i][0], snapshot.heads[i].raw, raw_search),
+                                snapshot.heads[i].signal) for i in objective]
+        warps = [Warp.from_dict(snapshot.meta.get("warp"))] + [Warp.from_dict(snapshot.heads[i].warp)
+                                                              for i in objective]
         mo = MultiScore(config, [sign_of(d) for d in dirs], snapshot.observed_y, snapshot.observed_ok, warps,
-                        snapshot.levels, np.random.default_rng([seed, asked, 17]))
+                        snapshot.levels, mo_rng)
         acquisition = "logei"  # -log of an expected improvement: how crowd penalties and feasibility combine
 
     def score(Qv: np.ndarray, best: float) -> np.ndarray:
@@ -243,32 +310,7 @@ def select(
                     believed=crowd.believed_points(Qs, view.rows) if believer else None)
         return sc if log_ok is None else with_feasibility(sc, log_ok, acquisition, any_feasible)
 
-    rows: list[int] = []
-    preds: list[Prediction] = []
-    for _ in range(count):
-        if not alive.any():
-            break
-        if mo is not None and mo.kind == "parego":  # ParEGO: a fresh scalarisation for every choice
-            mo.weights = multi.simplex_weights(mo.m, rng)
-        sc = view.scores(score, acquisition)
-        idx = np.flatnonzero(alive)
-        row = int(idx[np.argmin(sc[idx])])
-        rows.append(row)
-        # the prediction is the calibrated one: the running points' outcomes are not known
-        preds.append(_prediction(snapshot, row, Q, alphas, sign, mo.kind if mo else config.acquisition, sc[row],
-                                 heads, log_pf))
-        alive[row] = False
-        if len(rows) < count:  # the next choice of the batch is conditioned on this one
-            view.add([row])
-    params = space.from_unit(cand[rows]) if rows else []
-    out = [Suggestion(p, pred) for p, pred in zip(params, preds, strict=True)]
-    if len(out) < count:
-        # The snapshot's candidates are used up (a crowd asked faster than fits land): the rest
-        # comes from the study's quasi-random sequence, without a prediction, rather than nothing.
-        taken = busy_keys | set(snapshot.candidate_keys()[r] for r in rows) | set(space.keys(snapshot.observed))
-        pts = warmup_points(space, seed, asked + len(out), count - len(out), taken)
-        out += [Suggestion(p, None) for p in space.from_unit(pts)] if len(pts) else []
-    return out
+    return score, acquisition, _Kind(mo.kind if mo else config.acquisition, mo)
 
 
 
