@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI, Response
@@ -30,10 +30,7 @@ from .storage import Storage
 from .studies import StudyService
 from .studies.calibration import objective_records
 from .studies.reaper import reap_once
-from .workers import FitPool
-
-if TYPE_CHECKING:
-    from .workers.queue import QueueFits
+from .workers import FitPool, Fits
 
 log = logging.getLogger("calibo")
 
@@ -64,7 +61,7 @@ class Readiness:
             return self._ok
 
 
-def _fits(settings: Settings, storage: Storage, metrics: Metrics) -> FitPool | QueueFits:
+def _fits(settings: Settings, storage: Storage, metrics: Metrics) -> Fits:
     """Where this replica's refits go: its own process pool (its fits observed in ``metrics``), or
     the cluster's queue (the workers have their own metrics)."""
     if settings.worker_mode == "queue":
@@ -75,7 +72,7 @@ def _fits(settings: Settings, storage: Storage, metrics: Metrics) -> FitPool | Q
                    device=settings.device, observer=metrics)
 
 
-async def _housekeeping(svc: StudyService, fits: FitPool | QueueFits, interval: float) -> None:
+async def _housekeeping(svc: StudyService, fits: Fits, interval: float) -> None:
     """Every ``interval`` seconds: fail orphaned running trials (see ``studies.reaper``) and resume
     fits that gave up while the database was unreachable."""
     trouble = Throttled(log, 60.0)

@@ -234,6 +234,38 @@ def test_a_sequential_user_gets_fresh_fits_across_replicas(cluster: Cluster) -> 
                           json={"value": value_of(t["params"])}).status_code == 200
 
 
+def test_a_space_grown_in_queue_mode_is_fitted_by_the_queue_and_asked_from(cluster: Cluster) -> None:
+    """PATCH space on a queue-mode replica: 200 (the fit backend's restart is the queue's too), and
+    the next asks, past a fit of the grown space by a worker, hold the new parameter."""
+    with httpx.Client(base_url=cluster.apis[0], timeout=60) as c:
+        sid = _create(c, settings={"n_warmup": 4, "ask_wait_seconds": 60})
+        for _ in range(6):
+            t = c.post(f"/v1/studies/{sid}/ask", json={}).json()["trials"][0]
+            assert c.post(f"/v1/studies/{sid}/trials/{t['id']}/tell",
+                          json={"value": value_of(t["params"])}).status_code == 200
+        cluster.wait_fitted(sid)
+        r = c.patch(f"/v1/studies/{sid}/space", json={"space": {"z": {"type": "float", "low": 0.0, "high": 1.0}}})
+        assert r.status_code == 200, r.text
+        assert "z" in r.json()["space"]
+        t = c.post(f"/v1/studies/{sid}/ask", json={}).json()["trials"][0]
+        assert "z" in t["params"]
+        assert c.post(f"/v1/studies/{sid}/trials/{t['id']}/tell",
+                      json={"value": value_of(t["params"])}).status_code == 200
+        version, n_obs = cluster.wait_fitted(sid)
+        assert n_obs == 7 and version >= 1
+
+
+def test_both_fit_backends_provide_the_interface_the_api_uses() -> None:
+    from calibo.server.workers import FitPool, Fits
+    from calibo.server.workers.queue import QueueFits
+
+    assert "restart" in vars(Fits)
+    for backend in (FitPool, QueueFits):
+        missing = [m for m, f in vars(Fits).items() if callable(f) and not m.startswith("_")
+                   and not callable(getattr(backend, m, None))]
+        assert not missing, f"{backend.__name__} lacks {missing}"
+
+
 def test_queue_mode_needs_postgresql() -> None:
     from pydantic import ValidationError
 

@@ -24,7 +24,7 @@ from ..batching import GroupCommit
 from ..config import Settings
 from ..errors import Conflict, InvalidRequest, NotFound
 from ..storage import Storage, StudyInfo
-from ..workers import FitPool
+from ..workers import Fits
 from .added import AddedTrials
 from .asks import AskSteps
 from .calibration import calibration_view
@@ -62,7 +62,7 @@ def crowd_wait(trial_s: float | None, fit_s: float | None, bound: float) -> floa
 class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
     """Create, ask, tell and report on studies; shared by all API requests of a process."""
 
-    def __init__(self, settings: Settings, storage: Storage, fits: FitPool | None, metrics: Any = None) -> None:
+    def __init__(self, settings: Settings, storage: Storage, fits: Fits | None, metrics: Any = None) -> None:
         self.settings = settings
         self.metrics = metrics  # the app's Metrics (counters of asks, tells, reports), or None
         self.storage = storage

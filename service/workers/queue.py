@@ -154,6 +154,11 @@ class QueueFits:
             self.request(sid)
         return len(lagging - active)
 
+    def restart(self, study_id: int) -> None:
+        """The study's space grew. Nothing to reset here: the growth zeroed the study's snapshot
+        counts in the database (``StudyTx.grow``), which ``wait`` reads, so it waits for a fit of
+        the new space; a fit job of the old space that still runs stores nothing (its revision)."""
+
     def forget(self, study_id: int) -> None:
         with self._cond:
             self._dirty.discard(study_id)
