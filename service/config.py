@@ -65,6 +65,8 @@ class Settings(BaseSettings):
         "request_id and the line's fields)")
     access_log: bool = Field(False, description="one log line per request: method, path, status, duration, request id")
     snapshot_cache: int = Field(64, ge=1, description="snapshots kept deserialised in memory")
+    study_cache: int = Field(1024, ge=1, description="studies whose parsed definitions and finished trials' keys "
+                             "are kept in memory (the most recently used)")
     migrate: bool = Field(True, description="run `alembic upgrade head` when the app starts")
     heartbeat_timeout_seconds: float = Field(
         1800.0, ge=1, le=7 * 86400,

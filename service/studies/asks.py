@@ -136,10 +136,10 @@ class AskSteps:
         uncommitted tells, and ``_write_batch`` drops it when the transaction fails.
         """
         sid = tx.study.id
-        seq, keys = self._finished.get(sid, (0, set()))
+        seq, keys = self._caches.finished(sid)
         if seq < tx.study.finish_seq:
             for k, n in tx.finished_keys_since(seq):
                 keys.add(bytes.fromhex(k))
                 seq = max(seq, n)
-            self._finished[sid] = (seq, keys)
+            self._caches.set_finished(sid, seq, keys)
         return keys

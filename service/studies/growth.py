@@ -31,7 +31,7 @@ class SpaceGrowth:
 
     def study(self, study_id: int) -> StudyDef:
         """The study's definition (cached; ``_current`` under the study's lock says whether it still is)."""
-        d = self._defs.get(study_id)
+        d = self._caches.definition(study_id)
         if d is None:
             definition, revision = self.storage.definition_at(study_id)
             d = self._keep(StudyDef.parse(study_id, definition, revision))
@@ -43,18 +43,8 @@ class SpaceGrowth:
         return self._keep(StudyDef.parse(study_id, definition, revision))
 
     def _keep(self, d: StudyDef) -> StudyDef:
-        """Cache ``d`` unless a definition of a newer revision is cached (then that one); a newer ``d``
-        drops what was cached for the older space."""
-        with self._cache_lock:
-            cur = self._defs.get(d.id)
-            if cur is not None and cur.revision >= d.revision:
-                return cur
-            self._defs[d.id] = d
-            if cur is not None:
-                self._finished.pop(d.id, None)
-                for k in [k for k in self._snapshots if k[0] == d.id]:
-                    del self._snapshots[k]
-        return d
+        """Cache ``d`` (``StudyCaches.keep``: a newer revision's cached definition wins)."""
+        return self._caches.keep(d)
 
     def _current(self, tx: StudyTx, sd: StudyDef) -> StudyDef:
         """``sd``, or the definition stored now if the study's space grew since ``sd`` was read (the

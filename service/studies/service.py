@@ -9,7 +9,7 @@ pool. It knows nothing of HTTP.
 from __future__ import annotations
 
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,6 +27,7 @@ from ..storage import Storage, StudyInfo
 from ..workers import Fits
 from .added import AddedTrials
 from .asks import AskSteps
+from .caches import StudyCaches
 from .calibration import calibration_view
 from .definitions import (
     StudyDef,
@@ -67,11 +68,9 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
         self.metrics = metrics  # the app's Metrics (counters of asks, tells, reports), or None
         self.storage = storage
         self.fits = fits
-        self._defs: dict[int, StudyDef] = {}
+        self._caches = StudyCaches(settings.study_cache, settings.snapshot_cache)
         self._importance = ImportanceCache()
-        self._finished: dict[int, tuple[int, set[bytes]]] = {}
-        self._snapshots: OrderedDict[tuple[int, int], Snapshot] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        self._inflight_lock = threading.Lock()  # guards _inflight: the asks and tells in flight per study
         self._inflight: Counter[int] = Counter()
         self._writes = GroupCommit(self._write_batch)
 
@@ -128,11 +127,7 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
 
     def delete(self, study_id: int) -> None:
         self.storage.delete_study(study_id)
-        self._defs.pop(study_id, None)
-        self._finished.pop(study_id, None)
-        with self._cache_lock:
-            for k in [k for k in self._snapshots if k[0] == study_id]:
-                del self._snapshots[k]
+        self._caches.forget(study_id)
         if self.fits is not None:
             self.fits.forget(study_id)
 
@@ -160,20 +155,14 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
 
     # ------------------------------------------------------------------ ask
     def _snapshot(self, tx_data: Any, study_id: int, version: int) -> Snapshot | None:
-        key = (study_id, version)
-        with self._cache_lock:
-            snap = self._snapshots.get(key)
-            if snap is not None:
-                self._snapshots.move_to_end(key)
-                return snap
+        snap = self._caches.snapshot(study_id, version)
+        if snap is not None:
+            return snap
         data = tx_data(version)
         if data is None:
             return None
         snap = Snapshot.from_bytes(data)
-        with self._cache_lock:
-            self._snapshots[key] = snap
-            while len(self._snapshots) > self.settings.snapshot_cache:
-                self._snapshots.popitem(last=False)
+        self._caches.put_snapshot(study_id, version, snap)
         return snap
 
     def _maybe_wait_for_fit(self, sd: StudyDef) -> None:
@@ -202,7 +191,7 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
         self.fits.wait(sd.id, p.n_complete, wait, p.n_failed)
 
     async def _study_async(self, study_id: int) -> StudyDef:
-        sd = self._defs.get(study_id)
+        sd = self._caches.definition(study_id)
         return sd if sd is not None else await anyio.to_thread.run_sync(self.study, study_id)
 
     async def ask(self, study_id: int, count: int = 1, worker_id: str | None = None,
@@ -226,12 +215,12 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
     @contextmanager
     def _active(self, study_id: int) -> Iterator[None]:
         """Count this request among the study's asks and tells in flight."""
-        with self._cache_lock:
+        with self._inflight_lock:
             self._inflight[study_id] += 1
         try:
             yield
         finally:
-            with self._cache_lock:
+            with self._inflight_lock:
                 self._inflight[study_id] -= 1
                 if not self._inflight[study_id]:
                     del self._inflight[study_id]
@@ -255,7 +244,7 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
         except BaseException:
             # the finished-keys cache may have read this transaction's own (now rolled back) tells:
             # positions it skipped past would be reused by later tells and never read
-            self._finished.pop(study_id, None)
+            self._caches.drop_finished(study_id)
             raise
         return out
 
