@@ -18,11 +18,12 @@ from typing import Any, Generic, TypeVar
 
 import anyio.to_thread
 
+K = TypeVar("K", bound=Hashable)  # the key a batch gathers on (a study id)
 I = TypeVar("I")  # noqa: E741 - item
 R = TypeVar("R")  # result
 
 
-class GroupCommit(Generic[I, R]):
+class GroupCommit(Generic[K, I, R]):
     """``await gc(key, item)`` returns ``run(key, [items...])[i]`` for this caller's item (or raises it).
 
     ``run`` (blocking; called on a worker thread) gets the queued items of one
@@ -31,23 +32,23 @@ class GroupCommit(Generic[I, R]):
     batch gets that exception. Batches of one key never overlap.
     """
 
-    def __init__(self, run: Callable[[Hashable, list[I]], Sequence[R | BaseException]],
+    def __init__(self, run: Callable[[K, list[I]], Sequence[R | BaseException]],
                  max_batch: int = 64) -> None:
         self.run = run
         self.max_batch = max_batch
-        self._queues: dict[Hashable, list[tuple[I, asyncio.Future]]] = {}
-        self._draining: dict[Hashable, asyncio.Task] = {}
+        self._queues: dict[K, list[tuple[I, asyncio.Future]]] = {}
+        self._draining: dict[K, asyncio.Task] = {}
         self.batches = 0  # for tests and metrics
         self.items = 0
 
-    async def __call__(self, key: Hashable, item: I) -> R:
+    async def __call__(self, key: K, item: I) -> R:
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._queues.setdefault(key, []).append((item, fut))
         if key not in self._draining:
             self._draining[key] = asyncio.create_task(self._drain(key))
         return await fut
 
-    async def _drain(self, key: Hashable) -> None:
+    async def _drain(self, key: K) -> None:
         try:
             while queue := self._queues.get(key):
                 batch = queue[: self.max_batch]

@@ -13,7 +13,8 @@ from ..errors import Conflict, InvalidRequest
 from ..storage import StudyInfo
 from .definitions import StudyDef, check_name
 from .outcomes import check_constraints, check_outcome
-from .views import trial_view
+from .steps import StudySteps
+from .views import TrialView, trial_view
 
 MAX_ADDED = 1000  # trials one add request may carry
 T = TypeVar("T")
@@ -24,7 +25,7 @@ def _enqueued_view(t: Any) -> dict[str, Any]:
             "user_attrs": t.user_attrs or {}}
 
 
-class AddedTrials:
+class AddedTrials(StudySteps):
     """:class:`StudyService`'s enqueue, add and copy (mixed into it)."""
 
     def enqueue(self, study_id: int, params: dict[str, Any], skip_if_exists: bool = True,
@@ -42,7 +43,8 @@ class AddedTrials:
             try:
                 return sd.space.validate_partial(raw)
             except FieldError as e:
-                raise InvalidRequest(e.message, field=f"params.{e.field}" if e.field != "params" else "params") from None
+                raise InvalidRequest(e.message,
+                                     field=f"params.{e.field}" if e.field != "params" else "params") from None
 
         sd, given = self._checked(study_id, checked)
         with self.storage.locked(study_id) as tx:
@@ -72,7 +74,7 @@ class AddedTrials:
                                field="trial_id", code="trial_not_waiting")
             tx.remove_waiting(trial)
 
-    def add(self, study_id: int, trials: list[dict[str, Any]], origin: str = "added") -> list[dict[str, Any]]:
+    def add(self, study_id: int, trials: list[dict[str, Any]], origin: str = "added") -> list[TrialView]:
         """Record trials evaluated elsewhere (``params`` and ``value``, or ``state: failed``; a
         constrained study's ``constraints``; ``user_attrs``): they count in the next fit and the best
         trial, and, having no prediction, never move the calibration state. All or none are stored."""
@@ -110,7 +112,8 @@ class AddedTrials:
         except InvalidRequest as e:
             raise InvalidRequest(e.message, field=f"{where}.{e.field}") from None
         return {"params": params, "ukey": sd.space.key(params).hex(), "state": state, "value": value,
-                "values": values, "constraints": constraints, "user_attrs": trial.get("user_attrs"), "origin": trial.get("origin", "added")}
+                "values": values, "constraints": constraints, "user_attrs": trial.get("user_attrs"),
+                "origin": trial.get("origin", "added")}
 
     def _checked(self, study_id: int, check: Callable[[StudyDef], T]) -> tuple[StudyDef, T]:
         """``check(definition)`` on the study's cached definition; when it refuses, and another process

@@ -11,11 +11,12 @@ from calibo.engine import StudyState, select
 from ..errors import Conflict
 from ..storage import StudyTx, now
 from .definitions import StudyDef
+from .steps import StudySteps
 from .views import asked_view
 from .writes import AskWrite
 
 
-class AskSteps:
+class AskSteps(StudySteps):
     """:class:`StudyService`'s ask steps (mixed into it: they use its storage, caches and settings)."""
 
     def _ask_in(self, tx: StudyTx, sd: StudyDef, items: list[AskWrite]) -> list[Any]:
@@ -37,7 +38,7 @@ class AskSteps:
             for i, answer in zip(fresh, self._ask_fresh(tx, sd, [items[i] for i in fresh]), strict=True):
                 out[i] = answer
         for i, w in enumerate(items):
-            if out[i] is None:
+            if out[i] is None and w.key is not None:  # a key's second ask in the batch
                 out[i] = out[first_of[w.key]]
         return out
 
@@ -120,7 +121,7 @@ class AskSteps:
         waiting = tx.waiting_trials()
         # the finished keys only where a waiting trial asks to be checked (most asks have none waiting)
         evaluated = self._finished_keys(tx) if any(t.ukey for t in waiting) else set()
-        out = []
+        out: list[Any] = []
         for t in waiting:
             if t.ukey and bytes.fromhex(t.ukey) in evaluated:
                 tx.remove_waiting(t)

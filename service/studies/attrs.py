@@ -5,8 +5,8 @@ The API validates them once, in its schemas (``calibo.server.api.schemas.UserAtt
 accepted only if every backend stores it and gives it back unchanged: strings and keys
 without NUL (PostgreSQL refuses it in text and JSON) or unpaired UTF-16 surrogates (not
 encodable as UTF-8, so no response could carry them), finite numbers (JSON has no NaN
-or infinity; -0.0 is kept as 0.0, which SQLite cannot tell apart), nesting at most ``MAX_DEPTH`` deep and at most ``MAX_USER_ATTRS_BYTES`` as
-compact JSON.
+or infinity; -0.0 is kept as 0.0, which SQLite cannot tell apart), nesting at most ``MAX_DEPTH``
+deep and at most ``MAX_USER_ATTRS_BYTES`` as compact JSON.
 
 ``change_study_attrs`` sets and deletes a study's attributes after creation (PATCH
 ``/v1/studies/{study}/user_attrs``): the merge runs under the study's lock and the result is held

@@ -24,9 +24,10 @@ from calibo.engine.errors import FieldError
 from ..errors import InvalidRequest
 from ..storage import StudyInfo, StudyTx
 from .definitions import StudyDef
+from .steps import StudySteps
 
 
-class SpaceGrowth:
+class SpaceGrowth(StudySteps):
     """:class:`StudyService`'s space growth and definition cache (mixed into it)."""
 
     def study(self, study_id: int) -> StudyDef:

@@ -55,7 +55,7 @@ def pareto(sd: StudyDef, rows: Sequence[tuple[int, list[float], list[float] | No
     good = np.flatnonzero(ok)
     front = good[multi.pareto_mask(Y[good])] if good.size else good
     out: dict[str, Any] = {
-        "ids": [rows[i][0] for i in front],
+        "ids": [rows[int(i)][0] for i in front],
         "size": int(front.size),
         "hypervolume": _hypervolume(Y[front], ref),
         "reference_point": (ref * signs).tolist(),

@@ -12,18 +12,19 @@ from ..errors import Conflict, NotFound
 from ..storage import INTERRUPTED, StudyTx, expired, feasible
 from .definitions import StudyDef
 from .outcomes import same_value
-from .views import trial_view
+from .steps import StudySteps
+from .views import TrialView, trial_view
 from .writes import TellWrite, Told
 
 
-class TellSteps:
+class TellSteps(StudySteps):
     """:class:`StudyService`'s tell step (mixed into it)."""
 
     def _tell_in(self, tx: StudyTx, sd: StudyDef, items: list[TellWrite]) -> list[Told | Exception]:
         study_id = sd.id
-        out: list[tuple[dict[str, Any], bool] | Exception] = []
+        out: list[tuple[TrialView, bool] | Exception] = []
         trials = tx.trials([item.trial_id for item in items])
-        adaptive = None  # loaded at the first completion, adapted tell by tell, stored once
+        adaptive: StudyState | None = None  # loaded at the first completion, adapted tell by tell, stored once
         adapted = False
         for item in items:
             trial_id, value, state, constraints = item.trial_id, item.value, item.state, item.constraints
@@ -66,13 +67,13 @@ class TellSteps:
                 adaptive, record = adaptive.adapt(pred, values if sd.multi else value, constraints)
                 adapted = adapted or record is not None
                 better = feasible(constraints) and sd.better(value, tx.study.best_value)
-                tx.finish(trial, "complete", value, None if record is None else record.to_dict(), better, constraints=constraints, values=values,
-                          user_attrs=attrs)
+                tx.finish(trial, "complete", value, None if record is None else record.to_dict(), better,
+                          constraints=constraints, values=values, user_attrs=attrs)
             else:
                 tx.finish(trial, state, value, {"reason": INTERRUPTED} if item.interrupted else None,
                           constraints=constraints, user_attrs=attrs)
             out.append((trial_view(trial), True))
-        if adapted:
+        if adapted and adaptive is not None:
             tx.set_state(adaptive.to_dict())
         n_complete = tx.study.n_complete
         return [r if isinstance(r, Exception) else Told(*r, n_complete) for r in out]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, NotRequired, TypedDict
 
 from calibo.engine import StudyState
 from calibo.engine.config import migrate
@@ -11,9 +12,75 @@ from calibo.engine.prediction import public_prediction
 from ..storage import StudyInfo, TrialRow, as_utc, failure_of, feasible
 
 
-def asked_view(t: TrialRow) -> dict[str, Any]:
+class AskedView(TypedDict):
+    """A trial as an ask hands it out (``AskedTrial`` on the wire)."""
+
+    id: int
+    number: int
+    study_id: int
+    params: dict[str, Any]
+    prediction: dict[str, Any] | None
+    origin: NotRequired[str]
+    user_attrs: NotRequired[dict[str, Any]]
+
+
+class TrialView(TypedDict):
+    """A trial as reads show it (``TrialView`` on the wire)."""
+
+    id: int
+    study_id: int
+    number: int
+    state: str
+    params: dict[str, Any]
+    value: float | None
+    values: list[float] | None
+    constraints: list[float] | None
+    feasible: bool | None
+    origin: str
+    failure: str | None
+    user_attrs: dict[str, Any]
+    prediction: dict[str, Any] | None
+    worker_id: str | None
+    asked_at: datetime | None
+    heartbeat_at: datetime | None
+    finished_at: datetime | None
+
+
+class PairState(TypedDict):
+    coverage: float
+    target_alpha: float
+    alpha: float
+    steps: int
+
+
+class AdaptiveSummary(TypedDict):
+    """Each outcome's interval pairs: the objective's, each constraint's, each further objective's."""
+
+    pairs: list[PairState]
+    constraints: list[list[PairState]]
+    objectives: list[list[PairState]]
+
+
+class StudySummary(TypedDict):
+    """A study as listings show it (``StudySummary`` on the wire)."""
+
+    id: int
+    name: str
+    direction: str
+    directions: list[str] | None
+    seed: int
+    surrogate: str
+    acquisition: str
+    constraints: list[Any]
+    user_attrs: dict[str, Any]
+    created_at: datetime
+    trials: dict[str, int]
+    best_trial: dict[str, Any] | None
+
+
+def asked_view(t: TrialRow) -> AskedView:
     """A trial as the ask that created it answered it."""
-    out = {"id": t.id, "number": t.number, "study_id": t.study_id, "params": t.params,
+    out: AskedView = {"id": t.id, "number": t.number, "study_id": t.study_id, "params": t.params,
            "prediction": public_prediction(t.prediction)}
     if t.origin is not None:
         out["origin"] = t.origin
@@ -22,7 +89,7 @@ def asked_view(t: TrialRow) -> dict[str, Any]:
     return out
 
 
-def trial_view(t: TrialRow) -> dict[str, Any]:
+def trial_view(t: TrialRow) -> TrialView:
     return {
         "id": t.id,
         "study_id": t.study_id,
@@ -92,9 +159,9 @@ def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool],
     }
 
 
-def adaptive_summary(state: StudyState) -> dict[str, Any]:
+def adaptive_summary(state: StudyState) -> AdaptiveSummary:
     """Each outcome's per-pair states: target and current alpha, steps taken."""
-    def pairs(states: list[Any]) -> list[dict[str, Any]]:
+    def pairs(states: list[Any]) -> list[PairState]:
         return [{"coverage": round(1.0 - s.target, 10), "target_alpha": s.target, "alpha": s.alpha,
                  "steps": s.steps} for s in states]
 
@@ -102,8 +169,7 @@ def adaptive_summary(state: StudyState) -> dict[str, Any]:
             "objectives": [pairs(hs) for hs in state.objectives]}
 
 
-
-def study_summary(info: StudyInfo) -> dict[str, Any]:
+def study_summary(info: StudyInfo) -> StudySummary:
     """A study as listings show it (no space, settings or adaptive state)."""
     d = info.definition
     return {"id": info.id, "name": info.name, "direction": d["direction"], "directions": d.get("directions"),

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .views import TrialView
+
 
 @dataclass(frozen=True)
 class AskWrite:
@@ -38,7 +40,7 @@ class Told:
     """A tell's answer: the trial's view, whether the tell changed it (a repeat does not), and the
     study's completed trials after the batch."""
 
-    view: dict[str, Any]
+    view: TrialView
     changed: bool
     n_complete: int
 
