@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= server,optuna,test,ray,katib
 
 
-.PHONY: run demo test test-fast docs lint bench bench-search bench-service bench-load bench-crowd-live bench-cluster bench-calibration bench-surrogates bench-crowd bench-fit-time bench-device-paths bench-multifidelity clean venv
+.PHONY: run demo test test-fast docs lint typecheck bench bench-search bench-service bench-load bench-crowd-live bench-cluster bench-calibration bench-surrogates bench-crowd bench-fit-time bench-device-paths bench-multifidelity clean venv
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,10 @@ docs: $(DOCS_STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check service client tests benchmarks examples
+
+# mypy on the packages held to it (.ci/typecheck lists them), in their installed layout.
+typecheck: $(STAMP)
+	$(BIN)/python .ci/typecheck
 
 # The service on its embedded default: SQLite at ./calibo.db, port 8000, local fit pool.
 CALIBO_DATABASE_URL ?= sqlite:///./calibo.db

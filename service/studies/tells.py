@@ -64,7 +64,9 @@ class TellSteps(StudySteps):
                 pred = None if trial.prediction is None else Prediction.from_storage(trial.prediction, trial.points)
                 if adaptive is None:
                     adaptive = StudyState.from_dict(tx.study.state)
-                adaptive, record = adaptive.adapt(pred, values if sd.multi else value, constraints)
+                outcome = values if sd.multi else value
+                assert outcome is not None  # check_outcome gives a completed trial its value(s)
+                adaptive, record = adaptive.adapt(pred, outcome, constraints)
                 adapted = adapted or record is not None
                 better = feasible(constraints) and sd.better(value, tx.study.best_value)
                 tx.finish(trial, "complete", value, None if record is None else record.to_dict(), better,

@@ -30,7 +30,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from functools import partial
 from multiprocessing.connection import wait
-from typing import Any
+from typing import Any, cast
 
 from ..errors import Unavailable
 from ..logs import Throttled
@@ -230,8 +230,8 @@ class FitPool:
                     if obj is self._ready_r:
                         self._warmed(*self._ready_r.recv())
                     elif not self._closed and procs is self._procs:
-                        p = by_sentinel[obj]
-                        procs.reported_dead.add(p.pid)
+                        p = by_sentinel[cast(int, obj)]  # not the pipe: one of the processes' sentinels
+                        procs.reported_dead.add(cast(int, p.pid))  # started, so it has one
                         early_deaths = 0 if procs.all_warm else early_deaths + 1
                         pause = min(30.0, 0.5 * 2 ** early_deaths) if early_deaths else 0.0
                         log.error("fit process %s died; starting a new fit pool%s", p.pid,

@@ -31,7 +31,8 @@ class _TrackingSpawn(SpawnContext):
         super().__init__()
         self.processes: list[SpawnProcess] = []
 
-    def Process(self, *args: Any, **kwargs: Any) -> SpawnProcess:  # noqa: N802 - the context API's name
+    # the executor calls ``Process(...)``; typeshed declares it a class: hence the override's ignore
+    def Process(self, *args: Any, **kwargs: Any) -> SpawnProcess:  # type: ignore[override]  # noqa: N802
         p = SpawnProcess(*args, **kwargs)
         self.processes.append(p)
         return p
@@ -69,7 +70,7 @@ class FitProcesses:
         """Pids of the processes still running (by their sentinels: no waitpid race with the executor)."""
         procs = self._started()
         gone = set(wait([p.sentinel for p in procs], timeout=0)) if procs else set()
-        return [p.pid for p in procs if p.sentinel not in gone]
+        return [p.pid for p in procs if p.sentinel not in gone and p.pid is not None]
 
     def owns(self, pid: int) -> bool:
         return any(p.pid == pid for p in self._started())
