@@ -46,8 +46,9 @@ $(DOCS_STAMP): $(STAMP)
 docs: $(DOCS_STAMP)
 	$(BIN)/mkdocs build --strict -d site
 
+# ruff over the whole tree (pyproject's [tool.ruff]: the style rules and 120 columns); run by .ci/run.
 lint: $(STAMP)
-	$(BIN)/ruff check service client tests benchmarks examples
+	$(BIN)/ruff check .
 
 # mypy on the packages held to it (.ci/typecheck lists them), in their installed layout.
 typecheck: $(STAMP)

@@ -242,7 +242,8 @@ def summarize(runs: list[dict[str, Any]], trials: int) -> dict[str, Any]:
                 "wins": w, "losses": lo, "ties": len(pairs) - w - lo,
                 "p": float(binomtest(w, w + lo).pvalue) if w + lo else 1.0}
     return {"methods": methods, "problems": problems, "cells": len(cells), "trials": trials,
-            "rank_curve": ranks, "rank_at": {m: {str(t): r[t - 1] for t in AT if t <= trials} for m, r in ranks.items()},
+            "rank_curve": ranks,
+            "rank_at": {m: {str(t): r[t - 1] for t in AT if t <= trials} for m, r in ranks.items()},
             "mean_best_feasible": best, "feasible_fraction": feasible, "feasible_fraction_by_problem": feasible_by,
             "sign_tests": signs,
             "overhead_ms_per_trial": {m: 1000 * float(np.mean([r["overhead_s"] / max(len(r["values"]), 1)
@@ -276,8 +277,8 @@ def plot(s: dict[str, Any], path: Path) -> None:
     a.legend(fontsize=8)
     width = 0.8 / len(s["methods"])
     for i, m in enumerate(s["methods"]):
-        b.bar(np.arange(len(s["problems"])) + i * width, [s["feasible_fraction_by_problem"][m][p] for p in s["problems"]],
-              width, label=m)
+        b.bar(np.arange(len(s["problems"])) + i * width,
+              [s["feasible_fraction_by_problem"][m][p] for p in s["problems"]], width, label=m)
     b.set_xticks(np.arange(len(s["problems"])) + 0.4, s["problems"], rotation=20, fontsize=8)
     b.set_title(f"fraction of feasible suggestions after the first {WARM}", fontsize=9)
     b.legend(fontsize=8)

@@ -213,12 +213,14 @@ def print_table(runs: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     peer = {(r["task"], r["seed"]): r for r in runs if r["system"] == "optuna_gp"}
     for r in (x for x in runs if x["system"] == "calibo"):
         o = peer.get((r["task"], r["seed"]), {})
-        print(f"{r['task']:<11}{r['seed']:>4}{_f(r['loadavg_1m'], 5, 1)}{_f(r['server_ready_s'], 8, 1)}{_f(r['wall_s'], 7, 1)}"
+        print(f"{r['task']:<11}{r['seed']:>4}{_f(r['loadavg_1m'], 5, 1)}{_f(r['server_ready_s'], 8, 1)}"
+              f"{_f(r['wall_s'], 7, 1)}"
               f"{_f(r['unpredicted'], 7)}{_f(r['unpredicted_after_warmup'], 7)}{_f(r['first_predicted'], 9)}"
               f"{_f(r['last_unpredicted'], 9)}{_f(r['lag_trials']['p50'], 10, 0)}{_f(r['lag_trials']['p95'], 5, 0)}"
               f"{_f(r['lag_s']['p50'], 10, 2)}{_f(r['lag_s']['p95'], 6, 2)}{_f(r['best@50'], 10)}"
               f"{_f(r['best@100'], 10)}{_f(o.get('best@50'), 10)}{_f(o.get('best@100'), 10)}")
-    print("load: the machine's 1-min load average as the run began; unpred: asks without a prediction (>=warm: of them, asked with >= 15 tells acknowledged); 1st pred / "
+    print("load: the machine's 1-min load average as the run began; unpred: asks without a prediction "
+          "(>=warm: of them, asked with >= 15 tells acknowledged); 1st pred / "
           "last unp: ask order of the first with a prediction / the last without; lag: completed - fitted_on "
           "(trials) and the age of the oldest unfitted tell (s) over asks with a prediction; gp: optuna GPSampler "
           "with the same threads and sleeps.")

@@ -300,7 +300,8 @@ def print_tables(s: dict[str, Any], in_flight: int) -> None:
     for key, what in (("rank_at", "all tasks"), ("rank_at_crashing", "tasks with crashes"),
                       ("rank_at_none", "tasks without")):
         if s[key]:
-            report.print_table(f"mean rank of the best value, {what} (1 = best)", ["method", *(f"@{t}" for t in s["at"])],
+            report.print_table(f"mean rank of the best value, {what} (1 = best)",
+                               ["method", *(f"@{t}" for t in s["at"])],
                                [[m, *(s[key][m][str(t)] for t in s["at"])] for m in ms], first=22, width=12)
     report.print_table(f"mean best value at {s['trials']} trials", ["task", *ms],
                        [[t, *(s["best"][m][t] for m in ms)] for t in s["tasks"]], first=22, width=12, digits=3)

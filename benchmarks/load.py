@@ -108,8 +108,9 @@ def _ms(r: dict[str, Any], what: str, q: str) -> str:
 
 
 def print_table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    dirty = meta["server_code"].get("source") == "worktree" and meta["server_code"].get("worktree_differs_from_head")
     print(f"\ncalibo under a crowd ({meta['task']}; git {meta['server_code'].get('git_commit', '?')[:10]}"
-          f"{' + uncommitted changes' if meta['server_code'].get('source') == 'worktree' and meta['server_code'].get('worktree_differs_from_head') else ''}; "
+          f"{' + uncommitted changes' if dirty else ''}; "
           f"{meta['cpu_count']} cores; {meta['date']})")
     head = (f"{'row':<22}{'clients':>8}{'trials':>7}{'pairs/s':>9}{'ask p50':>8}{'p99':>6}{'tell p50':>9}"
             f"{'p99':>6}{'retries':>8}{'5xx':>5}{'503':>5}{'500':>5}{'conn':>6}{'failed':>7}{'lost':>5}"

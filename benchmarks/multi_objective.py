@@ -104,9 +104,11 @@ def dtlz2(p: dict[str, Any]) -> list[float]:
 def branin_currin(p: dict[str, Any]) -> list[float]:
     u, v = p["x0"], p["x1"]
     x1, x2 = 15 * u - 5, 15 * v
-    b = (x2 - 5.1 / (4 * math.pi**2) * x1**2 + 5 / math.pi * x1 - 6) ** 2 + 10 * (1 - 1 / (8 * math.pi)) * math.cos(x1) + 10
+    b = ((x2 - 5.1 / (4 * math.pi**2) * x1**2 + 5 / math.pi * x1 - 6) ** 2
+         + 10 * (1 - 1 / (8 * math.pi)) * math.cos(x1) + 10)
     v = max(v, 1e-10)
-    c = (1 - math.exp(-1 / (2 * v))) * (2300 * u**3 + 1900 * u**2 + 2092 * u + 60) / (100 * u**3 + 500 * u**2 + 4 * u + 20)
+    c = ((1 - math.exp(-1 / (2 * v))) * (2300 * u**3 + 1900 * u**2 + 2092 * u + 60)
+         / (100 * u**3 + 500 * u**2 + 4 * u + 20))
     return [b, c]
 
 

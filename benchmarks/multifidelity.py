@@ -534,7 +534,8 @@ def print_tables(summary: dict) -> None:
         if d != "mean":
             t = summary["tables"][d]
             print(f"  table: best converged {t['best_converged']:.4f}, median {t['median_converged']:.4f}; "
-                  f"Spearman(val@t, val@E): " + ", ".join(f"t={k}: {v:.2f}" for k, v in t["rank_corr_by_epoch"].items()))
+                  f"Spearman(val@t, val@E): "
+                  + ", ".join(f"t={k}: {v:.2f}" for k, v in t["rank_corr_by_epoch"].items()))
         print(f"{'method':<15}" + "".join(f"{'@' + str(f):>17}" for f in TABLE_AT) + f"{'to sh@1':>10}{'seeds':>8}")
         for m, c in cs.items():
             e = tt.get(d, {}).get("by_method", {}).get(m, {})
@@ -668,8 +669,8 @@ def main(argv: list[str] | None = None) -> None:
           f"({how}: {args.cache})")
     budget = args.budget * args.epochs
     table_args = (args.cache, datasets, args.configs, args.epochs, args.table_seed)
-    jobs = [(m, d, s, args.in_flight, budget, table_args) for s in range(args.seed_offset, args.seed_offset + args.seeds)
-            for d in datasets for m in methods]
+    jobs = [(m, d, s, args.in_flight, budget, table_args)
+            for s in range(args.seed_offset, args.seed_offset + args.seeds) for d in datasets for m in methods]
     jobs.sort(key=lambda j: (j[0] not in SLOW, SLOW.index(j[0]) if j[0] in SLOW else 0))  # slowest first
     t1 = time.time()
     runs = runner.run_pool(run_one, [(j,) for j in jobs], args.workers, "multifidelity runs")

@@ -59,7 +59,8 @@ WORKER = textwrap.dedent('''
 
     local.fit = counted
     if mode == "tpe":
-        sampler = optuna.samplers.TPESampler(multivariate=True, group=True, seed=100 * int(seed) + int(index))  # each process its own stream
+        # each process its own stream
+        sampler = optuna.samplers.TPESampler(multivariate=True, group=True, seed=100 * int(seed) + int(index))
     elif mode == "local":
         sampler = CaliboSampler(seed=int(seed), warn_independent_sampling=False)
     else:
@@ -103,7 +104,8 @@ def run_cell(mode: str, task: str, seed: int, url: str | None, tmp: Path) -> dic
                            "worker_fit_cpu_seconds": sum(s["cpu"] for s in spent)}
     if mode == "remote":
         # one server study per Optuna study, named by study_name= (server_fits: fits of its final space)
-        studies = httpx.get(f"{url}/v1/studies", params={"limit": 1000, "name": f"bench-{task}-{seed}"}).json()["studies"]
+        studies = httpx.get(f"{url}/v1/studies",
+                            params={"limit": 1000, "name": f"bench-{task}-{seed}"}).json()["studies"]
         views = [httpx.get(f"{url}/v1/studies/{s['id']}").json() for s in studies]
         suggested = [json.dumps(json.loads(t.system_attrs["calibo:remote"])["params"], sort_keys=True)
                      for t in trials if "calibo:remote" in t.system_attrs]

@@ -325,7 +325,8 @@ def summarize(runs: list[dict[str, Any]], trials: int) -> dict[str, Any]:
     cal = [r["calibo"] for r in per_run.get("calibo", [])]
     if cal:
         out["calibo"] = {k: float(np.mean([c[k] for c in cal])) for k in
-                         ("batch", "asked", "unused", "max_in_flight", "suggest_waits", "suggest_wait_s", "suggest_none")}
+                         ("batch", "asked", "unused", "max_in_flight", "suggest_waits", "suggest_wait_s",
+                          "suggest_none")}
     s, t = out["searcher_ms_per_trial"], out["driver_ms_per_trial"]
     if "calibo" in methods and "optuna_tpe" in methods:
         out["aims"] = {"searcher_time_at_most_optuna_tpe": bool(s["calibo"] <= s["optuna_tpe"]),
@@ -349,8 +350,9 @@ def print_tables(summary: dict[str, Any]) -> None:
         print(f"{pair:<26} wins {r['wins']:>2} / losses {r['losses']:>2} / ties {r['ties']:>2}  p={r['p']:.3g}")
     if "calibo" in summary:
         c = summary["calibo"]
-        print(f"calibo searcher, mean per run: batch {c['batch']:.0f}, asked {c['asked']:.1f}, unused {c['unused']:.1f}, "
-              f"most in flight on the server {c['max_in_flight']:.1f}, suggestions that waited {c['suggest_waits']:.1f} "
+        print(f"calibo searcher, mean per run: batch {c['batch']:.0f}, asked {c['asked']:.1f}, "
+              f"unused {c['unused']:.1f}, most in flight on the server {c['max_in_flight']:.1f}, "
+              f"suggestions that waited {c['suggest_waits']:.1f} "
               f"({1000 * c['suggest_wait_s']:.0f} ms in all: the study's creation and first ask, mostly), "
               f"that answered None {c['suggest_none']:.1f}")
     for k, v in summary.get("aims", {}).items():
@@ -364,7 +366,8 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     ax = axes[0][0]
     for m, r in summary["rank_curve"].items():
         ax.plot(np.arange(1, len(r) + 1), r, label=m, color=col[m], lw=2.4 if m == "calibo" else 1.2)
-    ax.set_title(f"Ray Tune, {summary.get('in_flight', 8)} in flight: mean rank of best-so-far ({summary['cells']} cells)", fontsize=9)
+    ax.set_title(f"Ray Tune, {summary.get('in_flight', 8)} in flight: mean rank of best-so-far "
+                 f"({summary['cells']} cells)", fontsize=9)
     ax.set_xlabel("completed trials")
     ax.set_ylabel("mean rank (lower is better)")
     ax.legend(fontsize=7)
@@ -415,7 +418,8 @@ def main(argv: list[str] | None = None) -> None:
     done = {(r["method"], r["task"], r["seed"]) for r in runs}
     jobs = [(m, t, s) for s in seeds for t in tasks for m in methods if (m, t, s) not in done]
     meta = {"methods": methods, "tasks": tasks, "seeds": list(seeds), "trials": args.trials,
-            "in_flight": args.in_flight, "calibo_batch": args.calibo_batch, "cpus": args.cpus, "quick": args.quick, "versions": versions()}
+            "in_flight": args.in_flight, "calibo_batch": args.calibo_batch, "cpus": args.cpus, "quick": args.quick,
+            "versions": versions()}
     with contextlib.suppress(Exception):
         from importlib import metadata
 

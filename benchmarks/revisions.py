@@ -85,7 +85,8 @@ def compare(base: dict[str, Any], change: dict[str, Any], kind: str) -> dict[str
     return {"runs": len(shared), "identical": len(same), "differ": [str(k) for k in shared if k not in same],
             # the change against the base, run by run (same task, seed, trials in flight): wins / losses
             # and the two-sided binomial p of wins against losses
-            "wins": wins, "losses": losses, "p": float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0,
+            "wins": wins, "losses": losses,
+            "p": float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0,
             "base_final": [fb[i] for i in ok], "change_final": [fc[i] for i in ok],
             "base_mean": float(np.mean([fb[i] for i in ok])) if ok else None,
             "change_mean": float(np.mean([fc[i] for i in ok])) if ok else None}

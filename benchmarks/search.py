@@ -149,7 +149,8 @@ def plot(summary: dict, runs: list[dict], trials: int, path: Path) -> None:
         ax = axes[k + 1]
         curves = []
         for m in methods:
-            cs = [report.best_so_far(r, TASKS[t].direction, trials) for r in runs if r["method"] == m and r["task"] == t]
+            cs = [report.best_so_far(r, TASKS[t].direction, trials)
+                  for r in runs if r["method"] == m and r["task"] == t]
             if cs:
                 curves.append(np.mean(cs, axis=0))
                 ax.plot(x, curves[-1], color=col[m], lw=2.5 if m == default else 1.0)

@@ -116,9 +116,10 @@ def main(argv: list[str] | None = None) -> None:
              "api_cpu_ci95": [float(np.percentile(cpu_boots, 2.5)), float(np.percentile(cpu_boots, 97.5))],
              "block_median_ratio": float(np.median(ch) / np.median(bs)),
              "ci95": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]}
-    print(f"crowd ask+tell pairs on {args.backend}, {args.preload} trials preloaded, {args.rounds} rounds x {args.block} "
-          f"pairs per side, interleaved; one trial in flight per side; ms")
-    print(f"{'side':<8}{'code':<14}{'ask p50':>9}{'ask p99':>9}{'tell p50':>9}{'tell p99':>9}{'API cpu':>9}{'fit cpu':>9}")
+    print(f"crowd ask+tell pairs on {args.backend}, {args.preload} trials preloaded, {args.rounds} rounds x "
+          f"{args.block} pairs per side, interleaved; one trial in flight per side; ms")
+    print(f"{'side':<8}{'code':<14}{'ask p50':>9}{'ask p99':>9}{'tell p50':>9}{'tell p99':>9}{'API cpu':>9}"
+          f"{'fit cpu':>9}")
     for s, (code, _) in sides.items():
         a, t = rows[s]["ask"], rows[s]["tell"]
         print(f"{s:<8}{code:<14}{a['p50']:>9.2f}{a['p99']:>9.2f}{t['p50']:>9.2f}{t['p99']:>9.2f}"

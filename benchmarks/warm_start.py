@@ -94,7 +94,8 @@ def summarize(runs: list[dict[str, Any]], trials: int) -> dict[str, Any]:
 def print_table(s: dict[str, Any]) -> None:
     print(f"\nwarm start from {s['imported']} imported trials: own trials to reach the cold study's best at "
           f"{s['trials']} (never: not within {s['trials']})")
-    print(f"{'task':<20}{'needed per seed':>34}{'median':>8}{'cold@25':>11}{'warm@25':>11}{'cold@' + str(s['trials']):>11}")
+    print(f"{'task':<20}{'needed per seed':>34}{'median':>8}{'cold@25':>11}{'warm@25':>11}"
+          f"{'cold@' + str(s['trials']):>11}")
     last = f"cold_best_{s['trials']}"
     for t, r in s["per_task"].items():
         needed = ",".join("never" if n is None else str(n) for n in r["needed"])

@@ -59,7 +59,8 @@ class ProgressBar:
             self._bar = tqdm(total=timeout, file=out,
                              bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}/" + total + "{postfix}")
         else:
-            self._bar = tqdm(total=None, file=out, unit="trial", bar_format="{desc}: {n_fmt} trials [{elapsed}{postfix}]")
+            self._bar = tqdm(total=None, file=out, unit="trial",
+                             bar_format="{desc}: {n_fmt} trials [{elapsed}{postfix}]")
         self._closed = False
         if self._best is not None:
             self._describe()

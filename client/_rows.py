@@ -175,7 +175,8 @@ def resumable(error: CaliboError, lo: int, added: list[dict[str, Any]]) -> Calib
     if m:
         error.field = f"trials.{lo + int(m.group(1))}{m.group(2)}"
     if lo:
-        error.message += f" (rows 0-{lo - 1} of this call are stored, none from row {lo} on: add rows[{lo}:] once fixed)"
+        error.message += (f" (rows 0-{lo - 1} of this call are stored, none from row {lo} on: "
+                          f"add rows[{lo}:] once fixed)")
         error.args = (error.message,)
     error.stored = lo
     error.added = added

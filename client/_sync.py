@@ -132,9 +132,10 @@ class Client:
         """Create a study, or get the existing one with the same definition; a :class:`~calibo.Study`
         handle on it (its server view is ``study.view``).
 
-        Every worker of a crowd may call it with the same arguments. Raises :class:`~calibo.Conflict` (``name_conflict``) when ``name``
-        exists with a different definition. ``direction`` (``"minimize"`` when neither is given) or
-        ``directions`` (a multi-objective study), not both: ValueError, as Optuna's ``create_study``.
+        Every worker of a crowd may call it with the same arguments. Raises :class:`~calibo.Conflict`
+        (``name_conflict``) when ``name`` exists with a different definition. ``direction``
+        (``"minimize"`` when neither is given) or ``directions`` (a multi-objective study), not both:
+        ValueError, as Optuna's ``create_study``.
         Options left as None are not sent.
         ``pruner`` is a name (``"none"``, ``"median"``, ``"sh"``, ``"hb"``, ``"sh+"``,
         ``"hb+"``) or a dict with its ``"name"`` and options, e.g. ``{"name": "sh+",

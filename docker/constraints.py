@@ -1,6 +1,6 @@
 """Print docker/constraints.txt: the exact versions, from a venv where `make venv` installed calibo,
-of every package `calibo[server,katib]` pulls in (the image also serves `calibo katib`) (test/bench-only packages out; torch out, the Dockerfile
-pins it on its own index).
+of every package `calibo[server,katib]` pulls in (the image also serves `calibo katib`)
+(test/bench-only packages out; torch out, the Dockerfile pins it on its own index).
 
     .venv/bin/python docker/constraints.py > docker/constraints.txt
 """

@@ -243,7 +243,8 @@ def test_fit_and_select_are_symmetric_in_direction(name: str, n: int) -> None:
     b = select(hi, StudyState(2, states), space, cfg, count=3, direction="maximize", asked=n)
     assert [s.params for s in a] == [s.params for s in b]
     for sa, sb in zip(a, b, strict=True):
-        np.testing.assert_allclose(sb.prediction.to_dict()["quantiles"], -np.array(sa.prediction.to_dict()["quantiles"])[::-1])
+        np.testing.assert_allclose(sb.prediction.to_dict()["quantiles"],
+                                   -np.array(sa.prediction.to_dict()["quantiles"])[::-1])
         assert sb.prediction.to_dict()["mean"] == pytest.approx(-sa.prediction.to_dict()["mean"])
 
 

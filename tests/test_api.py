@@ -203,8 +203,8 @@ def test_sequential_loop_gets_calibrated_predictions_and_adapts(http: httpx.Clie
         else:
             assert p is not None and len(p["quantiles"]) == 10 and p["fitted_on"] == i  # fresh fit
             assert [iv["coverage"] for iv in p["intervals"]] == [0.9, 0.7, 0.5, 0.3, 0.1]
-            ends = [(-math.inf if iv["lower"] is None else iv["lower"], math.inf if iv["upper"] is None else iv["upper"])
-                    for iv in p["intervals"]]
+            ends = [(-math.inf if iv["lower"] is None else iv["lower"],
+                     math.inf if iv["upper"] is None else iv["upper"]) for iv in p["intervals"]]
             assert all(lo <= hi for lo, hi in ends)
             # CV+'s 90% interval needs 9 scores to be bounded: on 8 it is the whole line, sent as nulls;
             # the raw quantiles are always bounded

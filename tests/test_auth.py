@@ -34,7 +34,8 @@ def _headers(who: str) -> dict[str, str]:
 
 def _operations(srv: LiveServer) -> list[tuple[str, str]]:
     spec = httpx.get(f"{srv.url}/openapi.json").json()
-    ops = [(m.upper(), p) for p, item in spec["paths"].items() for m in item if m in ("get", "post", "put", "patch", "delete")]
+    ops = [(m.upper(), p) for p, item in spec["paths"].items() for m in item
+           if m in ("get", "post", "put", "patch", "delete")]
     assert len(ops) >= 12, ops
     return ops
 
@@ -83,7 +84,8 @@ def test_every_route_under_every_kind_of_caller(auth_server: LiveServer) -> None
                     expected = "allowed"
                     ok = r.status_code < 400
                 if not ok:
-                    problems.append(f"{method} {path} as {who}: expected {expected}, got {r.status_code} {r.text[:200]}")
+                    problems.append(f"{method} {path} as {who}: expected {expected}, "
+                                    f"got {r.status_code} {r.text[:200]}")
     assert not problems, "\n".join(problems)
 
 

@@ -194,7 +194,8 @@ def test_the_service_and_the_optimizer_suggest_the_same_to_a_crowd(server: LiveS
     for t, s in zip(served, mine, strict=True):
         for a, b in zip(t["prediction"]["intervals"], s.prediction["intervals"], strict=True):
             assert a["alpha"] == pytest.approx(b["alpha"])
-            assert a["lower"] == (None if b["lower"] is None else pytest.approx(b["lower"], rel=1e-9))  # None: unbounded
+            # None: unbounded
+            assert a["lower"] == (None if b["lower"] is None else pytest.approx(b["lower"], rel=1e-9))
 
 
 def test_a_crowd_waits_for_fits_quick_against_its_trials() -> None:
@@ -287,7 +288,8 @@ def test_fits_acquisition_search_is_conditioned_on_the_running_points(monkeypatc
     snap = fit(obs, space, cfg, seed=0)
     running: list[dict] = []
     for i in range(4):
-        running += [select(snap, StudyState(0, initial_states(cfg)), space, cfg, asked=24 + i, pending=running)[0].params]
+        running += [select(snap, StudyState(0, initial_states(cfg)), space, cfg, asked=24 + i,
+                           pending=running)[0].params]
     P = space.to_unit(running)
 
     def reach(rows: np.ndarray) -> np.ndarray:  # each searched point's distance to the nearest running one

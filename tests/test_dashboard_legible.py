@@ -298,7 +298,8 @@ HOVER_LEGEND = """async () => {
   const r = over.getBoundingClientRect();
   const seen = {};
   for (let px = 1; px < r.width; px += 2) {
-    over.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + px, clientY: r.top + r.height / 2, bubbles: true}));
+    over.dispatchEvent(new MouseEvent('mousemove',
+      {clientX: r.left + px, clientY: r.top + r.height / 2, bubbles: true}));
     await new Promise((ok) => requestAnimationFrame(ok));
     const rows = [...fig.querySelectorAll('.u-legend .u-series')].map((s) =>
       [s.querySelector('.u-label')?.textContent, s.querySelector('.u-value')?.textContent]);
@@ -353,7 +354,8 @@ def test_captions_say_what_each_calibration_chart_shows_in_the_studys_numbers(
     assert f"the 75% interval is at {pct(cumulative)}" in text["coverage"]
     assert float(data["rolling"]["now"]) == pytest.approx(rolling) and data["rolling"]["window"] == "20"
     assert "over the last 20 trials" in text["rolling"]
-    assert f"stays near its 75% target; it is at {pct(rolling)} ({round(rolling * 20)} of the last 20)" in text["rolling"]
+    assert (f"stays near its 75% target; it is at {pct(rolling)} ({round(rolling * 20)} of the last 20)"
+            in text["rolling"])
     # judged against the scatter of 20 results: two binomial standard errors
     noise = 2 * math.sqrt(0.75 * 0.25 / 20)
     verdict = "below" if rolling < 0.75 - noise else "above" if rolling > 0.75 + noise else "on"
@@ -413,7 +415,8 @@ def test_a_band_of_fewer_than_10_results_is_too_early_to_judge(legible_server: L
         for _ in range(20):
             t = ask(c, sid)
             tell(c, sid, t["id"], value=(t["params"]["x"] - 1) ** 2 + abs(t["params"]["y"]))
-    page.wait_for_function("""() => document.querySelector('[data-caption="calibration"]').dataset.verdict !== 'early'""")
+    page.wait_for_function("""() => document.querySelector('[data-caption="calibration"]')"""
+                           ".dataset.verdict !== 'early'")
     assert page.text_content('[data-caption="calibration"] .verdict') in ("on target", "below target", "above target")
     assert not page.errors, page.errors
 

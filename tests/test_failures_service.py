@@ -178,8 +178,9 @@ def test_trials_added_as_failed_are_learned_too(server: LiveServer) -> None:
             t = ask(http, sid)
             assert tell(http, sid, t["id"], value=loss(t["params"])).status_code == 200
         assert settled(http, sid)["fitted_failures"] == 0
-        r = http.post(f"/v1/studies/{sid}/trials", json={"trials": [{"params": {"x": 0.9, "y": 0.1}, "state": "failed"},
-                                                                   {"params": {"x": 0.8, "y": 0.2}, "state": "failed"}]})
+        r = http.post(f"/v1/studies/{sid}/trials",
+                      json={"trials": [{"params": {"x": 0.9, "y": 0.1}, "state": "failed"},
+                                       {"params": {"x": 0.8, "y": 0.2}, "state": "failed"}]})
         assert r.status_code == 201, r.text
         st = settled(http, sid)  # the added failures queued a fit, which the sequential ask waited for
         assert (st["fitted_on"], st["fitted_failures"]) == (8, 2), st

@@ -33,7 +33,8 @@ def test_negative_zero_and_non_finite_numbers_are_written_finite() -> None:
 
 floats = st.floats(allow_nan=True, allow_infinity=True)
 trees = st.recursive(st.none() | st.booleans() | floats | st.integers() | st.text(max_size=5),
-                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+                     lambda inner: (st.lists(inner, max_size=4)
+                                    | st.dictionaries(st.text(max_size=4), inner, max_size=4)),
                      max_leaves=20)
 
 

@@ -406,7 +406,8 @@ def test_the_comparison_accepts_a_kernels_difference_and_refuses_a_change() -> N
     # another parameter, even by one ulp, another category, or one missing
     name, value = next((k, v) for k, v in want["params"].items() if isinstance(v, float))
     moved = differences(ask({**want["params"], name: math.nextafter(value, math.inf)}), want)
-    assert len(moved) == 1 and "params differ" in moved[0] and f"{name}: {math.nextafter(value, math.inf)!r}" in moved[0]
+    assert (len(moved) == 1 and "params differ" in moved[0]
+            and f"{name}: {math.nextafter(value, math.inf)!r}" in moved[0])
     assert differences(ask({**want["params"], "opt": "sgd" if want["params"]["opt"] != "sgd" else "adam"}), want)
     assert differences(ask({k: v for k, v in want["params"].items() if k != name}), want)
     assert differences(ask({**want["params"], "n": float(want["params"]["n"])}), want)  # 64.0 is not 64

@@ -171,7 +171,8 @@ def test_one_extreme_outcome_does_not_flatten_the_others(outlier: float) -> None
     assert r.r2_oob is not None  # the refits cannot predict the outlier: an honest low R^2, not 1.0
 
 
-@pytest.mark.parametrize("extremes", [(1e308, -1.7e308), (-1e308, -1.7e308), (1.7976931348623157e308, -1.7976931348623157e308)],
+@pytest.mark.parametrize("extremes", [(1e308, -1.7e308), (-1e308, -1.7e308),
+                                      (1.7976931348623157e308, -1.7976931348623157e308)],
                          ids=["both-signs", "both-negative", "the-largest-floats"])
 def test_ordinary_values_mixed_with_outcomes_near_the_largest_float(extremes: tuple[float, float]) -> None:
     sp, obs = _additive()

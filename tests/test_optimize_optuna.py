@@ -301,7 +301,8 @@ def test_progress_bar_shows_the_best_value_on_stderr(client: Client, capsys: pyt
     assert "100%" in our_bar  # closed at the timeout
 
 
-def test_progress_bar_of_a_maximized_study_keeps_the_highest(client: Client, capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_bar_of_a_maximized_study_keeps_the_highest(
+        client: Client, capsys: pytest.CaptureFixture[str]) -> None:
     def objective(trial: Any) -> float:
         quadratic(trial)
         return [3.0, 7.5, 2.0][trial.number]

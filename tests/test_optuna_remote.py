@@ -127,7 +127,8 @@ def test_four_processes_share_one_server_study(server, tmp_path: Path) -> None: 
     assert 0 < fits <= results
 
 
-def test_a_parameter_the_server_holds_unconditionally_never_makes_a_trial_repeat_another(server, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_parameter_the_server_holds_unconditionally_never_makes_a_trial_repeat_another(
+        server, tmp_path: Path) -> None:  # noqa: ANN001
     """The first completed trial took branch b, so the server's study holds ``k`` unconditionally and
     suggests it to branch-a trials too, where the objective does not ask for it: a suggestion that
     differs from an earlier one only there would run the same configuration. The sampler asks again
@@ -138,7 +139,8 @@ def test_a_parameter_the_server_holds_unconditionally_never_makes_a_trial_repeat
     study = optuna.create_study(study_name="branches", storage=storage)
     study.add_trial(optuna.trial.create_trial(
         params={"kind": "b", "x": 2.0, "k": 3}, value=1.6, distributions={
-            "kind": CategoricalDistribution(["a", "b"]), "x": FloatDistribution(-3.0, 3.0), "k": IntDistribution(0, 5)}))
+            "kind": CategoricalDistribution(["a", "b"]), "x": FloatDistribution(-3.0, 3.0),
+            "k": IntDistribution(0, 5)}))
     script = tmp_path / "worker.py"
     script.write_text(WORKER.replace('"shared"', '"branches"'))
     procs = [subprocess.Popen([sys.executable, str(script), storage, server.url, "40"],

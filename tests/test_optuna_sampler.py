@@ -157,7 +157,8 @@ def test_parallel_jobs_on_rdb_storage(tmp_path) -> None:
     assert len(keys) == 24
     assert len(predicted(study)) >= 12
     # a second process' sampler on the same storage goes on from what is stored
-    again = optuna.load_study(study_name=study.study_name, storage=storage, sampler=CaliboSampler(seed=0, n_startup_trials=6))
+    again = optuna.load_study(study_name=study.study_name, storage=storage,
+                              sampler=CaliboSampler(seed=0, n_startup_trials=6))
     again.optimize(branin, n_trials=4)
     assert len(again.trials) == 28 and again.best_value <= study.best_value
 
@@ -180,7 +181,9 @@ def test_multi_objective_studies_model_each_objective() -> None:
 
     ours = optuna.create_study(directions=["minimize", "minimize"], sampler=CaliboSampler(seed=0, n_startup_trials=8))
     ours.optimize(two, n_trials=30)
-    sobol = optuna.create_study(directions=["minimize", "minimize"], sampler=CaliboSampler(seed=0, n_startup_trials=1000, settings={"conformalize_from": 1000}))
+    sobol = optuna.create_study(directions=["minimize", "minimize"],
+                                sampler=CaliboSampler(seed=0, n_startup_trials=1000,
+                                                      settings={"conformalize_from": 1000}))
     sobol.optimize(two, n_trials=30)
     assert hv(ours) > hv(sobol)
     pred = stored(ours, ours.trials[-1], "prediction")["prediction"]["data"]

@@ -314,8 +314,9 @@ def test_extreme_values_in_every_numeric_field_never_break_a_study(probe: Probe)
                                          "settings": {"reference_point": [LARGEST, LARGEST]}})
     assert ref.status_code == 201, ref.text
     rid = ref.json()["id"]
-    p.ok("POST", f"/v1/studies/{rid}/trials", {"trials": [{"params": {"x": 0.1, "y": 0.2}, "values": [-LARGEST, -LARGEST]},
-                                                          {"params": {"x": 0.3, "y": 0.2}, "values": [LARGEST, -1.0]}]})
+    p.ok("POST", f"/v1/studies/{rid}/trials",
+         {"trials": [{"params": {"x": 0.1, "y": 0.2}, "values": [-LARGEST, -LARGEST]},
+                     {"params": {"x": 0.3, "y": 0.2}, "values": [LARGEST, -1.0]}]})
     assert p.ok("GET", f"/v1/studies/{rid}/pareto")["hypervolume"] == LARGEST  # saturated, not infinite
 
     # learning curves: reports of extreme values, with every pruner deciding on them

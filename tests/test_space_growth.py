@@ -54,14 +54,16 @@ def test_growth_keeps_the_existing_parameters_and_marks_the_new_ones_grown() -> 
     # a condition met under more parent values: the parameter is grown (trials under them lack it)
     cond = SearchSpace.from_dict({**BASE, "z": {"type": "float", "low": 0, "high": 1,
                                                 "condition": {"parent": "kind", "values": ["a"]}}})
-    wider = cond.grow({"z": {"type": "float", "low": 0, "high": 1, "condition": {"parent": "kind", "values": ["a", "b"]}}})
+    wider = cond.grow({"z": {"type": "float", "low": 0, "high": 1,
+                             "condition": {"parent": "kind", "values": ["a", "b"]}}})
     assert wider.to_dict()["z"]["condition"]["values"] == ["a", "b"] and wider.to_dict()["z"]["grown"] is True
     # the same definition again changes nothing
     assert grown.grow(GROWTH) == grown and SearchSpace.from_dict(BASE).grow(BASE) == SearchSpace.from_dict(BASE)
 
 
 COND = {**BASE, "z": {"type": "float", "low": 0, "high": 1, "condition": {"parent": "kind", "values": ["a"]}},
-        "w": {"type": "ordinal", "choices": [16, 32, 64]}, "lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True}}
+        "w": {"type": "ordinal", "choices": [16, 32, 64]},
+        "lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True}}
 
 
 @pytest.mark.parametrize(("change", "field"), [

@@ -134,7 +134,8 @@ class Recorder:
     def summary(self) -> str:
         n = sum(f.count for f in self.findings.values())
         return (f"stateful[{self.backend}]: {self.examples} examples, {self.steps} steps, {self.requests} requests "
-                f"in {time.monotonic() - self.t0:.1f} s (steps per example {self.per_example}); {len(self.findings)} distinct disagreements ({n} in all), "
+                f"in {time.monotonic() - self.t0:.1f} s (steps per example {self.per_example}); "
+                f"{len(self.findings)} distinct disagreements ({n} in all), "
                 f"{len(self.five_xx)} of them 5xx ({sum(f.count for f in self.five_xx)} in all); rules run: "
                 f"{dict(sorted(self.rules.items()))}; situations: {dict(sorted(self.events.items()))}; "
                 f"notes: {dict(self.notes) or 'none'}")
@@ -775,7 +776,8 @@ class ApiMachine(RuleBasedStateMachine):
         self.touch(s, t.id)
         if via == "ask":
             self.do_ask(s, 1, None, False)  # fails the silent trials (the model: expired)
-        r = self.call("POST", f"/v1/studies/{s.id}/trials/{t.id}/heartbeat", "POST /v1/studies/{s}/trials/{t}/heartbeat")
+        r = self.call("POST", f"/v1/studies/{s.id}/trials/{t.id}/heartbeat",
+                      "POST /v1/studies/{s}/trials/{t}/heartbeat")
         if not self.expect(r, 409, "heartbeat past the timeout", s.id, code="trial_expired"):
             return
         self.expire(s, t)
@@ -1305,11 +1307,13 @@ def test_concurrent_copies_to_one_name_make_one_whole_copy(api_server: LiveServe
         src, finished = source_study(c, f"race-copy-src-{time.time_ns()}")
         for rnd in range(ROUNDS):
             name = f"race-copy-{rnd}-{time.time_ns()}"
-            rs = race(api_server, [lambda h, name=name: h.post(f"/v1/studies/{src['id']}/copy", json={"name": name})] * THREADS)
+            rs = race(api_server,
+                      [lambda h, name=name: h.post(f"/v1/studies/{src['id']}/copy", json={"name": name})] * THREADS)
             codes = statuses(rs)
             if sorted(codes) != [201] + [409] * (THREADS - 1):
                 failures.append(f"round {rnd}: {THREADS} copies to {name!r} answered {codes} (one 201, the rest 409)")
-            conflicts = [r.json()["error"]["code"] for r in rs if isinstance(r, httpx.Response) and r.status_code == 409]
+            conflicts = [r.json()["error"]["code"] for r in rs
+                         if isinstance(r, httpx.Response) and r.status_code == 409]
             if any(code != "name_conflict" for code in conflicts):
                 failures.append(f"round {rnd}: 409 codes {conflicts} (name_conflict)")
             listed = c.get("/v1/studies", params={"name": name}).json()

@@ -325,8 +325,9 @@ def rf_friedman(p: dict[str, Any]) -> float:
 def logreg_breast_cancer(p: dict[str, Any]) -> float:
     from sklearn.linear_model import LogisticRegression
 
-    return cv_loss(scaled(LogisticRegression(C=p["C"], l1_ratio=1.0 if p["penalty"] == "l1" else 0.0, solver="liblinear",
-                                          class_weight=p["class_weight"], intercept_scaling=p["intercept_scaling"])),
+    return cv_loss(scaled(LogisticRegression(C=p["C"], l1_ratio=1.0 if p["penalty"] == "l1" else 0.0,
+                                          solver="liblinear", class_weight=p["class_weight"],
+                                          intercept_scaling=p["intercept_scaling"])),
                "breast_cancer", "balanced_error")
 
 

@@ -166,7 +166,8 @@ def definition(experiment: Any) -> StudyDefinition:
     algorithm = spec.algorithm.algorithm_name
     if algorithm != ALGORITHM:
         raise Unsupported(f"algorithm {algorithm!r}: this suggestion service serves {ALGORITHM!r}")
-    if spec.HasField("nas_config") and (spec.nas_config.operations.operation or spec.nas_config.graph_config.num_layers):
+    if spec.HasField("nas_config") and (spec.nas_config.operations.operation
+                                        or spec.nas_config.graph_config.num_layers):
         raise Unsupported("neural architecture search (nasConfig) is not supported: calibo tunes hyperparameters")
     objective = m.enum_name("ObjectiveType", spec.objective.type)
     if objective not in ("MINIMIZE", "MAXIMIZE"):

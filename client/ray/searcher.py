@@ -327,7 +327,8 @@ class CaliboSearch(Checkpoints, Searcher):
             elif value is None:
                 state = "failed"
                 raw = result.get(self._metric)
-                attrs["fail_reason"] = f"no finite {self._metric!r} in its result" + (f" ({raw!r})" if raw is not None else "")
+                attrs["fail_reason"] = (f"no finite {self._metric!r} in its result"
+                                        + (f" ({raw!r})" if raw is not None else ""))
             elif isinstance(step, int) and step > self._last_iter.get(trial_id, 0):
                 # Tune withheld the trial's last result from on_trial_result: a scheduler or a
                 # stopper stopped it on that result. Pruned unless it had reached the trial's end.

@@ -22,8 +22,8 @@ from ..studies.attrs import AttrError
 from .schemas import UNION_TAGS
 
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-               405: "method_not_allowed", 408: "timeout", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
-               422: "invalid_request", 429: "too_many_requests", 503: "unavailable"}
+               405: "method_not_allowed", 408: "timeout", 409: "conflict", 413: "too_large",
+               415: "unsupported_media_type", 422: "invalid_request", 429: "too_many_requests", 503: "unavailable"}
 
 
 def error_response(status: int, code: str, message: str, field: str | None = None,

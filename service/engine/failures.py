@@ -10,9 +10,10 @@ and stores the log probability of success at every candidate. Isotonic, not Plat
 crash box and a crash half-plane in two dimensions, from 30 to 200 uniform trials, it was the
 better calibrated (largest gap between predicted and observed success over fifths of the
 predictions 0.02-0.12 against Platt's 0.08-0.27, which stays under-confident: 0.2 inside a region
-that always fails), and beat the raw trees' probabilities at every size (tests/test_failures.py). ``select`` weighs the acquisition with it
-as it weighs outcome constraints (``scoring.with_feasibility``: log EI plus the log probability),
-so a crash region's uncertainty no longer draws the next trial into it.
+that always fails), and beat the raw trees' probabilities at every size (tests/test_failures.py).
+``select`` weighs the acquisition with it as it weighs outcome constraints
+(``scoring.with_feasibility``: log EI plus the log probability), so a crash region's uncertainty
+no longer draws the next trial into it.
 
 Near-duplicates of a failed configuration (every numeric coordinate within ``NEAR`` of the range,
 the same choices and the same active parameters) are never proposed: a configuration that failed

@@ -351,11 +351,11 @@ def scores(kind: str, Qs: list[np.ndarray], levels: np.ndarray, front: np.ndarra
     (m, S), for the ``SCREEN`` candidates whose optimistic corner (every objective at its lowest
     calibrated quantile) adds the most hypervolume (three objectives: of the ``SCREEN`` candidates
     most clearly undominated (``_margin``), the ``SCREEN_3D`` whose corner adds the most, with
-    ``SAMPLES_3D`` draws, since each draw costs a binary search per slab); ``parego``: ``-log`` of the expected improvement
-    of the Chebyshev scalarisation with ``weights`` over ``incumbent`` (the best scalarised value
-    observed), for the ``SCREEN`` candidates whose optimistic corner improves it most. A candidate
-    with no expected improvement (or not screened) scores ``FLOOR`` plus how far its medians are
-    from improving, so such candidates still come in a sensible order.
+    ``SAMPLES_3D`` draws, since each draw costs a binary search per slab); ``parego``: ``-log`` of the
+    expected improvement of the Chebyshev scalarisation with ``weights`` over ``incumbent`` (the best
+    scalarised value observed), for the ``SCREEN`` candidates whose optimistic corner improves it
+    most. A candidate with no expected improvement (or not screened) scores ``FLOOR`` plus how far
+    its medians are from improving, so such candidates still come in a sensible order.
     """
     N = Qs[0].shape[0]
     out = np.empty(N)

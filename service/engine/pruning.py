@@ -79,9 +79,9 @@ class PrunerConfig:
     min_early_stopping_rate: int = 0  # sh / sh+: the first rung at min_resource * factor ** rate
     feed_pruned: bool = False  # pruned trials' last values feed the surrogate (docs/concepts/pruning.md)
 
-    LIMITS: ClassVar[dict[str, tuple[int, int]]] = {"min_resource": (1, 1_000_000), "max_resource": (1, 1_000_000), "reduction_factor": (2, 100),
-              "window": (1, 1000), "n_startup_trials": (0, 10_000), "n_warmup_steps": (0, 1_000_000),
-              "min_early_stopping_rate": (0, 30)}
+    LIMITS: ClassVar[dict[str, tuple[int, int]]] = {"min_resource": (1, 1_000_000), "max_resource": (1, 1_000_000),
+              "reduction_factor": (2, 100), "window": (1, 1000), "n_startup_trials": (0, 10_000),
+              "n_warmup_steps": (0, 1_000_000), "min_early_stopping_rate": (0, 30)}
 
     @classmethod
     def from_any(cls, value: Any) -> PrunerConfig:

@@ -60,7 +60,8 @@ def interval(mean: Any, intervals: list[Any]) -> str:
     out = f"mean={value(mean)}"
     if intervals:
         iv = max(intervals, key=lambda iv: get(iv, "coverage") or 0.0)
-        out += f", {100 * float(get(iv, 'coverage') or 0):g}%=[{end(get(iv, 'lower'), '-inf')}, {end(get(iv, 'upper'), 'inf')}]"
+        out += (f", {100 * float(get(iv, 'coverage') or 0):g}%="
+                f"[{end(get(iv, 'lower'), '-inf')}, {end(get(iv, 'upper'), 'inf')}]")
     return out
 
 

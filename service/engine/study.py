@@ -82,7 +82,8 @@ class StudySpec:
         for x in directions:
             sign_of(x)
         return cls(SearchSpace.from_dict(d["space"]), EngineConfig.from_dict(settings), directions,
-                   int(d["seed"]), tuple(d.get("constraints") or ()), removed, d.get("learn_failures", True) is not False)
+                   int(d["seed"]), tuple(d.get("constraints") or ()), removed,
+                   d.get("learn_failures", True) is not False)
 
     @property
     def direction(self) -> str:

@@ -19,8 +19,9 @@ crowd-aware select (a trial asked by any process is pending for every other).
   What the server holds otherwise stays as it is (a parameter learned conditional later that the
   server holds unconditionally: the server's suggestion of it is unused where the objective does not
   ask for it; a suggestion that would so run, or run as a trial told before a parameter was added
-  ran, another Optuna trial's configuration is told failed, interrupted, and asked again). A parameter whose Optuna distribution the server's cannot become by growth (another
-  type or scale, a narrower range, fewer choices: a study name reused by another Optuna study) is a
+  ran, another Optuna trial's configuration is told failed, interrupted, and asked again). A
+  parameter whose Optuna distribution the server's cannot become by growth (another type or
+  scale, a narrower range, fewer choices: a study name reused by another Optuna study) is a
   ``ValueError`` naming it. A categorical keeps its choices; a stepped float or int is the index of
   its grid (a reused name with another grid of the same size is not detected).
 * **Independent draws** (the first trials, parameters no completed trial holds yet): seeded per
@@ -30,9 +31,9 @@ crowd-aware select (a trial asked by any process is pending for every other).
   restarted process asking again for the same trial gets the same suggestion) and the Optuna
   trial number and run in its ``user_attrs`` (``optuna_trial``, ``optuna_run``). The run names
   the Optuna study in its storage (a hash of its trial 0's id and start), so that two Optuna
-  studies of one name (two storages) using one server study keep their trials apart. The server's trial id is kept in the
-  Optuna trial's system attributes: the only mapping, in Optuna's storage. Of the server's
-  parameters, those in the trial's relative search space are its relative sample.
+  studies of one name (two storages) using one server study keep their trials apart. The server's
+  trial id is kept in the Optuna trial's system attributes: the only mapping, in Optuna's storage.
+  Of the server's parameters, those in the trial's relative search space are its relative sample.
 * **Tell** (``after_trial``): complete with its value(s), failed, or pruned with its last
   intermediate value. A trial that ran a suggested parameter with another value (an enqueued
   trial, fixed parameters) is told failed there and its result added as an added trial (it counts
@@ -254,7 +255,8 @@ class RemoteBackend:
                 if not changes:
                     break
                 try:
-                    srv = _Server(srv.id, srv.name, SearchSpace.from_dict(self.client.grow_space(srv.id, changes).space))
+                    srv = _Server(srv.id, srv.name,
+                                  SearchSpace.from_dict(self.client.grow_space(srv.id, changes).space))
                     break
                 except InvalidRequest:
                     if attempt == 2:

@@ -1,9 +1,9 @@
 """Storage: the service's database, its sessions and the per-study lock.
 
 Storage gathers the queries of ``studies``, ``trials`` and ``fits``; a locked
-transaction's reads and writes are ``tx.StudyTx``'s. Reads run in ordinary transactions. Every read-modify-write of a study (ask,
-tell, saving a snapshot) runs inside :meth:`Storage.locked`, which holds the
-study's lock for the whole transaction: ``SELECT ... FOR UPDATE`` on the study
+transaction's reads and writes are ``tx.StudyTx``'s. Reads run in ordinary transactions. Every
+read-modify-write of a study (ask, tell, saving a snapshot) runs inside :meth:`Storage.locked`,
+which holds the study's lock for the whole transaction: ``SELECT ... FOR UPDATE`` on the study
 row on PostgreSQL; on SQLite a ``BEGIN IMMEDIATE`` transaction (the database's
 write lock, which also holds across processes) taken behind a process-local
 mutex, so that threads queue on the mutex instead of in SQLite's sleeping busy

@@ -150,7 +150,8 @@ class TrialQueries:
         with self._read() as s:
             if s.get(StudyRow, study_id) is None:
                 raise NotFound(f"study {study_id} not found", field="study")
-            reported = (select(TrialRow.id, TrialRow.number).join(IntermediateRow, IntermediateRow.trial_id == TrialRow.id)
+            reported = (select(TrialRow.id, TrialRow.number)
+                        .join(IntermediateRow, IntermediateRow.trial_id == TrialRow.id)
                         .where(TrialRow.study_id == study_id).distinct())
             total = s.scalar(select(func.count()).select_from(reported.subquery())) or 0
             page = reported.order_by(TrialRow.number).limit(limit).offset(offset).subquery()

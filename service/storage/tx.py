@@ -185,7 +185,8 @@ class StudyTx:
             row = TrialRow(study_id=self.study.id, number=self.study.next_number, state=spec["state"],
                            params=spec["params"], ukey=spec["ukey"], value=spec.get("value"),
                            constraints=spec.get("constraints"), values=spec.get("values"),
-                           user_attrs=spec.get("user_attrs"), origin=spec.get("origin", "added"), record=spec.get("record"),
+                           user_attrs=spec.get("user_attrs"), origin=spec.get("origin", "added"),
+                           record=spec.get("record"),
                            asked_at=spec.get("asked_at") or t0, finished_at=t0, finish_seq=self.study.finish_seq)
             self.study.next_number += 1
             self.session.add(row)

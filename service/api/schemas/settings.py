@@ -56,7 +56,8 @@ StudySettings = create_model(
     "StudySettings", __config__=ConfigDict(extra="forbid"),
     __doc__="engine and service settings; null or absent means the default (see the study view)",
     adapter=(Literal[ADAPTERS] | None, Field(None, description="aci (default), dtaci or none")),  # type: ignore[valid-type]
-    conformal=(Literal[CONFORMAL_MODES] | None, Field(None, description="adaptive (default: raw, then CV+, then split), split, cv+, crossval (CrossVal-CP), jab+ (Jackknife+-after-bootstrap) or raw")),  # type: ignore[valid-type]
+    conformal=(Literal[CONFORMAL_MODES] | None, Field(None, description="adaptive (default: raw, then CV+, "  # type: ignore[valid-type]
+               "then split), split, cv+, crossval (CrossVal-CP), jab+ (Jackknife+-after-bootstrap) or raw")),
     warp=(Literal[WARPS] | None, Field(None, description="output warp before the fit: yeo-johnson (default: "  # type: ignore[valid-type]
           "a power transform fitted to the values, for heavy-tailed and quantized metrics), yeo-johnson-tail "
           "(the same transform on the side it compresses only) or none")),
@@ -73,7 +74,8 @@ StudySettings = create_model(
     ask_wait_seconds=_bounded("ask_wait_seconds", Real, *SERVICE_SETTINGS["ask_wait_seconds"],
                               what="how long an ask by a sequential user may wait for a fit covering the "
                               "latest tells (default: the server's)"),
-    heartbeat_timeout_seconds=_bounded("heartbeat_timeout_seconds", Real, *SERVICE_SETTINGS["heartbeat_timeout_seconds"],
+    heartbeat_timeout_seconds=_bounded("heartbeat_timeout_seconds", Real,
+                                       *SERVICE_SETTINGS["heartbeat_timeout_seconds"],
                                        what="running trials silent for longer are failed (default: the "
                                        "server's); a late tell is still recorded"),
 )

@@ -43,7 +43,8 @@ class AskedTrial(BaseModel):
     user_attrs: dict[str, Any] | None = None
     prediction: dict[str, Any] | None = Field(
         description="calibrated quantiles, mean and intervals the configuration was chosen on (an "
-        "interval's end is null where it is unbounded: too few scores for its coverage); null during the quasi-random warm start"
+        "interval's end is null where it is unbounded: too few scores for its coverage); null during the "
+        "quasi-random warm start"
     )
 
 
