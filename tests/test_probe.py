@@ -205,11 +205,12 @@ def _round_trip(p: Probe, name: str, study_attrs: dict, ask_attrs: dict, tell_at
     seen = p.reads(sid)
     assert len(seen["trials"]) == n_trials + (enqueued is not None) + (added is not None)
     assert _same(seen["trials"][first["id"]]["user_attrs"], _merged(ask_attrs, tell_attrs))
-    assert seen["trials"][first["id"]]["value"] == value
+    # a number field holds a double: the one nearest the JSON number sent (exactly it up to 2**53)
+    assert seen["trials"][first["id"]]["value"] == float(value)
     assert _same(seen["trials"][second["id"]]["user_attrs"], ask_attrs)
     if enqueued is not None:
         assert _same(seen["trials"][enqueued]["user_attrs"], enq_attrs)
-        assert seen["trials"][enqueued]["params"]["x"] == enq_x
+        assert seen["trials"][enqueued]["params"]["x"] == float(enq_x)  # a float parameter: a double
     if added is not None:
         assert _same(seen["trials"][added]["user_attrs"], add_attrs)
     # filters: any key and value answer, never a 5xx

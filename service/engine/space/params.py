@@ -208,7 +208,8 @@ class Param:
         if self.type == "int":
             if x != round(x):
                 raise ParamError(self.name, f"expected an integer, got {value!r}")
-            x = int(round(x))
+            # an integer as given (a double holds integers exactly only up to 2**53)
+            x = int(value) if isinstance(value, (int, np.integer)) else int(round(x))
         if x < self.low or x > self.high:  # type: ignore[operator]
             raise ParamError(self.name, f"{value!r} is outside [{self.low}, {self.high}]")
         return x + 0.0 if isinstance(x, float) else x  # -0.0 as 0.0: SQLite keeps no sign
