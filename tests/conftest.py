@@ -271,6 +271,18 @@ SLOW_FILES = {
     "test_package.py",  # builds the wheel and installs it into fresh virtual environments
 }
 SLOW_TESTS = {  # file::test, every case of it (or file::test[case], that case only)
+    # over ~1.5 s on a quiet 2-core machine in `make test-fast`'s --durations:
+    "test_optimizer.py::test_adaptive_state_moves_once_conformalized",
+    "test_warp.py::test_every_outcome_an_extreme_of_alternating_sign_keeps_predictions_finite",
+    "test_optuna_remote.py::test_a_wrong_token_is_a_clear_error_and_the_right_one_works",
+    "test_optuna_sampler.py::test_failed_pruned_and_nan_trials_do_not_break_it",
+    "test_retune.py::test_the_schedule_refits_fully_as_the_data_grows_and_at_each_change_of_method",
+    "test_retune.py::test_the_optimizer_updates_between_full_refits",
+    "test_surrogates.py::test_quantiles_sorted_calibrated_and_deterministic[mlp-ensemble]",
+    "test_qgp_torch.py::test_importing_the_engine_does_not_import_torch",
+    "test_surrogates_mlp.py::test_importing_the_engine_does_not_import_torch",
+    "test_multi_objective.py::test_state_dict_resumes_the_same_next_ask",
+    "test_multi_objective.py::test_a_multi_objective_snapshot_round_trips_through_storage_bytes",
     "test_conditional.py::test_the_engine_searches_a_conditional_space",
     "test_conformal.py::test_crossval_and_jackknife_after_bootstrap_cover_within_four_points",
     "test_conformal.py::test_cv_plus_covers_within_three_points",
