@@ -42,7 +42,7 @@ from .outcomes import check_constraints, check_outcome
 from .pareto import pareto as pareto_of
 from .reports import report
 from .tells import TellSteps
-from .views import StudySummary, study_summary, study_view, trial_view
+from .views import StudySummary, StudyView, study_summary, study_view, trial_view
 from .writes import AskWrite, TellWrite, Write
 
 # An ask while trials run waits for the fit in flight when the newest fit took at most this share of
@@ -134,7 +134,7 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
     def summary(self, info: StudyInfo) -> StudySummary:
         return study_summary(info)
 
-    def view(self, info: StudyInfo) -> dict[str, Any]:
+    def view(self, info: StudyInfo) -> StudyView:
         fit = self.fits.status(info.id) if self.fits is not None else {"fitting": False, "queued": False}
         sd = self.study(info.id)
         front = pareto_of(sd, self.storage.objective_rows(info.id)) if sd.multi else None

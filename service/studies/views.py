@@ -111,8 +111,33 @@ def trial_view(t: TrialRow) -> TrialView:
     }
 
 
+class StudyView(TypedDict):
+    """A study as its read shows it (``StudyView`` on the wire)."""
+
+    id: int
+    name: str
+    space: dict[str, Any]
+    direction: str
+    directions: list[str] | None
+    seed: int
+    surrogate: str
+    acquisition: str
+    pruner: dict[str, Any]
+    constraints: list[Any]
+    learn_failures: bool
+    user_attrs: dict[str, Any]
+    settings: dict[str, Any]
+    removed_settings: dict[str, Any] | None
+    created_at: datetime
+    trials: dict[str, int]
+    best_trial: dict[str, Any] | None
+    pareto: dict[str, Any] | None
+    surrogate_status: dict[str, Any]
+    adaptive: dict[str, Any]
+
+
 def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool],
-               pareto: dict[str, Any] | None = None) -> dict[str, Any]:
+               pareto: dict[str, Any] | None = None) -> StudyView:
     """The study view of the wire contract; ``fit`` is the fit pool's status for the study;
     ``pareto`` a multi-objective study's front (``studies.pareto``)."""
     d = info.definition
