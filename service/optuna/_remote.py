@@ -64,84 +64,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
-from optuna.samplers import RandomSampler
+from optuna.distributions import BaseDistribution
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from calibo import Client
 from calibo.engine import SearchSpace
 from calibo.engine.errors import FieldError
-from calibo.engine.space import Param
 from calibo.engine.space.params import choice_key
 from calibo.errors import CaliboError, Conflict, InvalidRequest, NotFound
 
-from ._space import Encoding
+from ._wire import Codec, active, canonical, json_key, value_of
 
-__all__ = ["RemoteBackend", "TrialSeededRandom"]
+__all__ = ["RemoteBackend"]
 
 _ATTR = "calibo:remote"  # the Optuna trial's system attribute: {"study", "trial", "params", "server"}
 _OWNER = "calibo:worker"  # the process (host-pid) that ran the Optuna trial
 _NAME_LIMIT = 255  # the server's longest study name
 _CUT = 200  # a longer Optuna study name: its first _CUT characters, "-", a hash of the whole
 _REPEATS = 8  # suggestions that would repeat an Optuna trial's configuration, asked again at most this often
-
-
-class _Codec:
-    """One Optuna distribution as a calibo parameter, and its values both ways."""
-
-    def __init__(self, d: BaseDistribution) -> None:
-        self.d = d
-        self.stepped = Encoding._stepped(d)
-
-    def spec(self) -> dict[str, Any]:
-        d = self.d
-        if isinstance(d, CategoricalDistribution):
-            return {"type": "categorical", "choices": list(d.choices)}
-        if self.stepped:
-            return {"type": "int", "low": 0, "high": Encoding._steps(d)}
-        if isinstance(d, IntDistribution):
-            return {"type": "int", "low": int(d.low), "high": int(d.high), "log": bool(d.log)}
-        return {"type": "float", "low": float(d.low), "high": float(d.high), "log": bool(d.log)}
-
-    def out(self, v: Any) -> Any:
-        """An Optuna value as the server's (ValueError/TypeError when it is not one of this distribution)."""
-        d = self.d
-        if isinstance(d, CategoricalDistribution):
-            return d.choices[self._index(v)]
-        if self.stepped:
-            x = int(round((float(v) - d.low) / d.step))
-            if not 0 <= x <= Encoding._steps(d):
-                raise ValueError(v)
-            return x
-        return int(v) if isinstance(d, IntDistribution) else float(v)
-
-    def back(self, x: Any) -> Any:
-        """A server value as this distribution's Optuna value (ValueError when it holds none such)."""
-        d = self.d
-        if isinstance(d, CategoricalDistribution):
-            return d.choices[self._index(x)]
-        if isinstance(d, IntDistribution):
-            v = int(d.low + int(x) * d.step) if self.stepped else int(x)
-        elif self.stepped:
-            v = float(min(d.low + int(x) * d.step, d.high))
-        else:
-            v = float(min(max(float(x), d.low), d.high))
-        if not d.low <= v <= d.high:  # type: ignore[union-attr]
-            raise ValueError(x)
-        return v
-
-    def _index(self, v: Any) -> int:
-        key = choice_key(v)
-        for i, c in enumerate(self.d.choices):  # type: ignore[attr-defined]
-            if key is not None and choice_key(c) == key:
-                return i
-        raise ValueError(v)
-
-
-def _canonical(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """A parameter's definition as the server stores it, without its condition and growth mark."""
-    return Param.from_dict(name, {k: v for k, v in spec.items() if k not in ("condition", "grown")}).to_dict()
 
 
 @dataclass
@@ -151,54 +92,6 @@ class _Server:
     id: int
     name: str
     space: SearchSpace
-
-
-class TrialSeededRandom(RandomSampler):
-    """Random sampling seeded by (seed, Optuna study, trial number, parameter).
-
-    The independent sampler of the remote mode: processes that share a sampler seed draw distinct
-    values for their trials (a process-wide ``RandomSampler(seed)`` would draw the same values for
-    each process's first trial), and one trial's values stay reproducible.
-    """
-
-    def __init__(self, seed: int | None) -> None:
-        super().__init__(seed=seed)
-        self._base = seed
-
-    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        if self._base is None:
-            return super().sample_independent(study, trial, param_name, param_distribution)
-        key = f"{self._base}-{study.study_name}-{trial.number}-{param_name}"
-        one = RandomSampler(seed=int(hashlib.sha1(key.encode()).hexdigest()[:8], 16))
-        return one.sample_independent(study, trial, param_name, param_distribution)
-
-
-def _active(params: dict[str, Any], conditions: dict[str, tuple[str, list[Any]]]) -> dict[str, Any]:
-    """The parameters of ``params`` that the objective asks for, as the learned ``conditions`` say
-    (a child whose parent is absent or takes another value is left out, and so are its children)."""
-    out = dict(params)
-    changed = True
-    while changed:
-        changed = False
-        for child, (parent, values) in conditions.items():
-            if child in out and (parent not in out or _key(out[parent]) not in {_key(v) for v in values}):
-                del out[child]
-                changed = True
-    return out
-
-
-def _value_of(trial: FrozenTrial, state: TrialState, values: Sequence[float] | None) -> Any:
-    if state == TrialState.COMPLETE and values is not None:
-        return [float(v) for v in values] if len(values) > 1 else float(values[0])
-    if state == TrialState.PRUNED and trial.intermediate_values:
-        last = trial.intermediate_values[max(trial.intermediate_values)]
-        return float(last) if math.isfinite(last) else None
-    return None
-
-
-def _key(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)
 
 
 def server_study_name(optuna_name: str, given: str | None = None) -> str:
@@ -300,7 +193,7 @@ class RemoteBackend:
         if name not in conditions or conditions[name][0] not in search_space:
             return None
         parent, values = conditions[name]
-        codec = _Codec(search_space[parent])
+        codec = Codec(search_space[parent])
         return {"parent": parent, "values": [codec.out(v) for v in values]}
 
     def _spec(self, search_space: dict[str, BaseDistribution],
@@ -308,7 +201,7 @@ class RemoteBackend:
         """A learned space as the server's space (real names, learned conditions)."""
         out = {}
         for name in sorted(search_space):
-            out[name] = _Codec(search_space[name]).spec()
+            out[name] = Codec(search_space[name]).spec()
             cond = self._condition(name, search_space, conditions)
             if cond is not None:
                 out[name]["condition"] = cond
@@ -321,7 +214,7 @@ class RemoteBackend:
         have = srv.space.to_dict()
         changes: dict[str, Any] = {}
         for name in sorted(search_space):
-            want = _Codec(search_space[name]).spec()
+            want = Codec(search_space[name]).spec()
             cond = self._condition(name, search_space, conditions)
             if name not in have:
                 changes[name] = want if cond is None else {**want, "condition": cond}
@@ -335,7 +228,7 @@ class RemoteBackend:
                     more = [v for v in cond["values"] if choice_key(v) not in known]
                     if more:  # the learned condition holds under more parent values
                         grown["condition"] = {"parent": cond["parent"], "values": [*old["condition"]["values"], *more]}
-            same = _canonical(name, want) == _canonical(name, old) and grown.get("condition") == old.get("condition")
+            same = canonical(name, want) == canonical(name, old) and grown.get("condition") == old.get("condition")
             if same:
                 continue
             try:
@@ -387,8 +280,8 @@ class RemoteBackend:
         for name, v in t.params.items():
             if name not in have or name not in t.distributions:
                 continue
-            codec = _Codec(t.distributions[name])
-            if codec.stepped and _canonical(name, codec.spec()) != _canonical(name, have[name].to_dict()):
+            codec = Codec(t.distributions[name])
+            if codec.stepped and canonical(name, codec.spec()) != canonical(name, have[name].to_dict()):
                 continue  # another grid: its index is not the server's
             try:
                 params[name] = codec.out(v)
@@ -404,7 +297,7 @@ class RemoteBackend:
              values: Sequence[float] | None, run: str) -> dict[str, Any] | None:
         """An Optuna trial as an added trial of the server's study (None: nothing to add)."""
         params = self._params(t, space)
-        value = _value_of(t, state, values)
+        value = value_of(t, state, values)
         if params is None or value is None:
             return None
         row: dict[str, Any] = {"params": params, "user_attrs": {"optuna_trial": t.number, "optuna_run": run}}
@@ -443,16 +336,16 @@ class RemoteBackend:
             for name, x in asked.params.items():
                 if name in search_space:  # the rest: not in this trial's relative space (see the docstring)
                     try:
-                        params[name] = _Codec(search_space[name]).back(x)
+                        params[name] = Codec(search_space[name]).back(x)
                     except (ValueError, TypeError):
                         continue  # the server's study holds more than the Optuna distribution: drawn independently
             # stored before the check: of two processes asking at once, the later check sees the other
             study._storage.set_trial_system_attr(trial._trial_id, _ATTR, json.dumps(
                 {"study": srv.id, "trial": asked.id, "params": params, "server": asked.params}))
-            earlier = self._repeats(study, trial, _active(params, conditions), conditions)
+            earlier = self._repeats(study, trial, active(params, conditions), conditions)
             if earlier is None or attempt == _REPEATS:
                 break
-            unused = ", ".join(sorted(set(params) - set(_active(params, conditions)))) or "no other parameter"
+            unused = ", ".join(sorted(set(params) - set(active(params, conditions)))) or "no other parameter"
             try:  # not run: interrupted, so the server neither fits on it nor learns a failure from it
                 self.client.tell(srv.id, asked.id, state="failed", interrupted=True, user_attrs={
                     "fail_reason": f"repeats the configuration of Optuna trial {earlier} (the objective does not "
@@ -467,12 +360,12 @@ class RemoteBackend:
                  conditions: dict[str, tuple[str, list[Any]]]) -> int | None:
         """The number of another Optuna trial that ran, or was suggested to run, the configuration
         ``runs`` (a running trial by its stored suggestion), or None."""
-        want = _key(runs)
+        want = json_key(runs)
         for t in study._get_trials(deepcopy=False, use_cache=False):
             if t.number == trial.number:
                 continue
             stored = t.system_attrs.get(_ATTR) if t.state == TrialState.RUNNING else None
-            if _key(t.params) == want or (stored is not None and _key(_active(
+            if json_key(t.params) == want or (stored is not None and json_key(active(
                     {**json.loads(stored)["params"], **t.params}, conditions)) == want):
                 return t.number
         return None
@@ -485,10 +378,10 @@ class RemoteBackend:
             if name not in trial.params:
                 continue
             try:
-                told = _Codec(trial.distributions[name]).out(trial.params[name])
+                told = Codec(trial.distributions[name]).out(trial.params[name])
             except (KeyError, ValueError, TypeError):
                 return False
-            if _key(told) != _key(x):
+            if json_key(told) != json_key(x):
                 return False
         return True
 
@@ -502,7 +395,7 @@ class RemoteBackend:
             return
         stored = json.loads(stored)
         sid, tid = int(stored["study"]), int(stored["trial"])
-        value = _value_of(trial, state, values)
+        value = value_of(trial, state, values)
         try:
             if not self._ran_as_suggested(trial, stored.get("server", {})):
                 self.client.tell(sid, tid, state="failed", interrupted=True, user_attrs={

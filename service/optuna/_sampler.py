@@ -246,7 +246,8 @@ class CaliboSampler(BaseSampler):
         self._lock = threading.RLock()
         self._remote = None
         if url is not None:
-            from ._remote import RemoteBackend, TrialSeededRandom
+            from ._remote import RemoteBackend
+            from ._wire import TrialSeededRandom
 
             if independent_sampler is None:  # processes sharing a seed must not draw the same values
                 self._independent = TrialSeededRandom(seed)
