@@ -342,10 +342,13 @@ class RemoteBackend:
             # stored before the check: of two processes asking at once, the later check sees the other
             study._storage.set_trial_system_attr(trial._trial_id, _ATTR, json.dumps(
                 {"study": srv.id, "trial": asked.id, "params": params, "server": asked.params}))
-            earlier = self._repeats(study, trial, active(params, conditions), conditions)
-            if earlier is None or attempt == _REPEATS:
+            if attempt == _REPEATS:
+                break  # asked as often as allowed: run it, repeat or not
+            runs = active(params, conditions)
+            earlier = self._repeats(study, trial, runs, conditions)
+            if earlier is None:
                 break
-            unused = ", ".join(sorted(set(params) - set(active(params, conditions)))) or "no other parameter"
+            unused = ", ".join(sorted(set(params) - set(runs))) or "no other parameter"
             try:  # not run: interrupted, so the server neither fits on it nor learns a failure from it
                 self.client.tell(srv.id, asked.id, state="failed", interrupted=True, user_attrs={
                     "fail_reason": f"repeats the configuration of Optuna trial {earlier} (the objective does not "

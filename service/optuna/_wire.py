@@ -105,11 +105,12 @@ def active(params: dict[str, Any], conditions: dict[str, tuple[str, list[Any]]])
     """The parameters of ``params`` that the objective asks for, as the learned ``conditions`` say
     (a child whose parent is absent or takes another value is left out, and so are its children)."""
     out = dict(params)
+    allowed = {child: {json_key(v) for v in values} for child, (_, values) in conditions.items()}
     changed = True
     while changed:
         changed = False
-        for child, (parent, values) in conditions.items():
-            if child in out and (parent not in out or json_key(out[parent]) not in {json_key(v) for v in values}):
+        for child, (parent, _) in conditions.items():
+            if child in out and (parent not in out or json_key(out[parent]) not in allowed[child]):
                 del out[child]
                 changed = True
     return out
