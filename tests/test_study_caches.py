@@ -53,14 +53,14 @@ def test_a_newer_revision_drops_the_older_spaces_entries_and_an_older_one_change
 
 
 @pytest.mark.live
-def test_a_server_whose_caches_hold_fewer_studies_than_it_serves_answers_as_any(tmp_path) -> None:  # noqa: ANN001
+def test_a_server_whose_caches_hold_fewer_studies_than_it_serves_answers_as_any(database_url: str) -> None:
     """Four studies asked and told in turn through a server that keeps two studies' definitions and
     finished keys and one snapshot: every ask distinct from the study's earlier trials, predictions
     once warmed up, every tell stored."""
     import httpx
     from conftest import LiveServer
 
-    srv = LiveServer(f"sqlite:///{tmp_path / 'c.db'}", settings={"study_cache": 2, "snapshot_cache": 1}).start()
+    srv = LiveServer(database_url, settings={"study_cache": 2, "snapshot_cache": 1}).start()
     try:
         with httpx.Client(base_url=srv.url, timeout=60) as c:
             sids = [c.post("/v1/studies", json={"name": f"cache-{i}", "space": SPACE, "seed": i,
