@@ -274,7 +274,7 @@ def test_dashboard_renders_every_plot_and_follows_new_trials(open_server: LiveSe
     with open_server.client() as c:
         assert c.delete(f"/v1/studies/{sid}").status_code == 204
     page.wait_for_selector("#study", state="hidden")
-    assert "does not exist" in page.text_content("#banner")
+    assert "does not exist" in page.text_content("#banner")  # said when the study is left, not a poll later
     page.wait_for_selector(f'#study-table tr[data-study-id="{sid}"]', state="detached")
     assert not page.errors, page.errors
 

@@ -361,6 +361,7 @@
     } catch (e) {
       if (e.status === 404 && state.studyId === id) {
         state.notice = `Study ${id} does not exist (deleted?).`;
+        showBanner(state.notice); // at once: the page leaves the study before this poll ends
         location.hash = "";
         return null;
       }
