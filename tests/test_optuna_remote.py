@@ -164,6 +164,40 @@ def test_a_parameter_the_server_holds_unconditionally_never_makes_a_trial_repeat
     assert kept and not kept & {t["id"] for t in set_aside}
 
 
+
+def test_a_trial_the_server_did_not_suggest_is_added_though_it_lacks_a_parameter_held_unconditionally(
+        server) -> None:  # noqa: ANN001
+    """The server's study learned ``k`` from branch-b trials only, so it holds it unconditionally; a
+    completed branch-a trial it never suggested (added to the Optuna study, or sampled before the
+    server's study existed) lacks ``k``. It is still added, once, by the next process to meet the
+    study: ``k`` takes a draw seeded by the trial, as an unused suggested parameter would."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    dists = {"kind": CategoricalDistribution(["a", "b"]), "x": FloatDistribution(-3.0, 3.0)}
+
+    def objective(trial: optuna.Trial) -> float:
+        kind = trial.suggest_categorical("kind", ["a", "b"])
+        x = trial.suggest_float("x", -3.0, 3.0)
+        return (x - 1.0) ** 2 + (trial.suggest_int("k", 0, 5) / 5 if kind == "b" else 0.0)
+
+    study = optuna.create_study(study_name="held", sampler=CaliboSampler(url=server.url, n_startup_trials=2, seed=0))
+    study.add_trial(optuna.trial.create_trial(params={"kind": "b", "x": 2.0, "k": 3}, value=1.6,
+                                              distributions={**dists, "k": IntDistribution(0, 5)}))
+    study.optimize(objective, n_trials=1)  # meets the server: its study holds k unconditionally
+    study.add_trial(optuna.trial.create_trial(params={"kind": "a", "x": 0.5}, value=0.25, distributions=dists))
+    again = optuna.load_study(study_name="held", storage=study._storage,
+                              sampler=CaliboSampler(url=server.url, n_startup_trials=2, seed=0))
+    again.optimize(objective, n_trials=1)  # a new process meets the study: adds what the server lacks
+
+    views, told = _server_trials(server.url, "held")
+    assert "condition" not in views[0]["space"]["k"]
+    done = [t for t in told if t["state"] == "complete"]
+    numbers = Counter(t["user_attrs"].get("optuna_trial") for t in done)
+    assert numbers == Counter({t.number: 1 for t in again.trials if t.state.name == "COMPLETE"}), numbers
+    added = next(t for t in done if t["user_attrs"].get("optuna_trial") == 2)
+    assert added["params"]["kind"] == "a" and added["params"]["x"] == 0.5 and 0 <= added["params"]["k"] <= 5
+    assert added["value"] == 0.25
+
 DEFINE_BY_RUN = textwrap.dedent('''
     import sys
     import optuna

@@ -44,7 +44,9 @@ crowd-aware select (a trial asked by any process is pending for every other).
   each by the process that ran it (the Optuna trial's ``calibo:worker`` attribute), and only when
   the server lacks its Optuna trial number (of this run): so each once. A trial is added with the parameters
   the server's study has, as a configuration of its space (a parameter added later is inactive
-  for it), or not at all. Trials no process of this mode ran (an earlier sampler's) are added by
+  for it; one the space holds unconditionally that the objective did not ask for takes a draw
+  seeded by the trial, as an unused suggested parameter holds a value), or not at all (a value
+  the server's parameter cannot hold). Trials no process of this mode ran (an earlier sampler's) are added by
   every process that finds them missing, so several processes meeting the study at once may add
   such a trial twice.
 
@@ -64,6 +66,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from optuna.distributions import BaseDistribution
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
@@ -272,9 +275,14 @@ class RemoteBackend:
             self.client.add_trials(srv.id, rows)
 
     @staticmethod
-    def _params(t: FrozenTrial, space: SearchSpace) -> dict[str, Any] | None:
+    def _params(t: FrozenTrial, space: SearchSpace, run: str) -> dict[str, Any] | None:
         """An Optuna trial's parameters as a configuration of the server's ``space`` (those it has,
-        active under its conditions; a grown one may be absent), or None when they are not one."""
+        active under its conditions; a grown one may be absent), or None when they are not one.
+
+        A parameter the server's space holds where the objective never asked for it (the space
+        learned it unconditionally from one branch's trials: see the docstring) takes a draw seeded
+        by the trial: the trial's result holds for any value of it, as for a suggested parameter
+        the objective left unused."""
         have = {p.name: p for p in space.params}
         params = {}
         for name, v in t.params.items():
@@ -287,6 +295,11 @@ class RemoteBackend:
                 params[name] = codec.out(v)
             except (ValueError, TypeError):
                 continue
+        rng = np.random.default_rng(int(hashlib.sha1(f"{run}-{t.number}".encode()).hexdigest()[:8], 16))
+        while unused := [n for n in space.active_names(params)
+                         if n not in params and n not in t.params and not have[n].grown]:
+            for name in unused:
+                params[name] = have[name].draw(rng)
         active = set(space.active_names(params))
         try:
             return space.validate({k: v for k, v in params.items() if k in active})
@@ -296,7 +309,7 @@ class RemoteBackend:
     def _row(self, t: FrozenTrial, space: SearchSpace, state: TrialState,
              values: Sequence[float] | None, run: str) -> dict[str, Any] | None:
         """An Optuna trial as an added trial of the server's study (None: nothing to add)."""
-        params = self._params(t, space)
+        params = self._params(t, space, run)
         value = value_of(t, state, values)
         if params is None or value is None:
             return None

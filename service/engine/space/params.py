@@ -180,6 +180,13 @@ class Param:
             v = np.clip(v, self.low, self.high)
         return v
 
+    def draw(self, rng: np.random.Generator) -> Any:
+        """One value drawn uniformly on the unit coordinate (a choice, an int, or a float)."""
+        v = self.from_unit(rng.random(1))[0]
+        if self.type in ("categorical", "ordinal"):
+            return self.choices[int(v)]
+        return int(v) if self.type == "int" else float(v)
+
     def to_unit(self, v: np.ndarray) -> np.ndarray:
         """Values (or choice indices) -> snapped unit coordinates."""
         v = np.asarray(v, dtype=float)

@@ -159,10 +159,7 @@ class SearchSpace(Conditions, Sampling):
                 if name in donor:
                     out[name] = donor[name]
                 else:
-                    p = self.params[self.names.index(name)]
-                    v = p.from_unit(rng.random(1))[0]
-                    out[name] = (p.choices[int(v)] if p.type in ("categorical", "ordinal")
-                                 else int(v) if p.type == "int" else float(v))
+                    out[name] = self.params[self.names.index(name)].draw(rng)
         return self.validate(out)
 
     # -------------------------------------------------------- representations
