@@ -10,17 +10,17 @@ from calibo.engine.errors import FieldError
 from calibo.engine.study import StudySpec
 
 from ..errors import Conflict, InvalidRequest
-from ..storage import StudyInfo
+from ..storage import StudyInfo, TrialRow
 from .definitions import StudyDef, check_name
 from .outcomes import check_constraints, check_outcome
 from .steps import StudySteps
-from .views import TrialView, trial_view
+from .views import EnqueuedView, TrialView, trial_view
 
 MAX_ADDED = 1000  # trials one add request may carry
 T = TypeVar("T")
 
 
-def _enqueued_view(t: Any) -> dict[str, Any]:
+def _enqueued_view(t: TrialRow) -> EnqueuedView:
     return {"id": t.id, "number": t.number, "params": t.params, "state": t.state, "origin": t.origin or "asked",
             "user_attrs": t.user_attrs or {}}
 
@@ -29,7 +29,7 @@ class AddedTrials(StudySteps):
     """:class:`StudyService`'s enqueue, add and copy (mixed into it)."""
 
     def enqueue(self, study_id: int, params: dict[str, Any], skip_if_exists: bool = True,
-                user_attrs: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+                user_attrs: dict[str, Any] | None = None) -> tuple[EnqueuedView, bool]:
         """Queue ``params`` (all of a configuration, or some) for the next asks; ``(trial, created)``.
 
         With ``skip_if_exists``, a trial whose parameters already include these values (enqueued,

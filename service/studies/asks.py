@@ -9,18 +9,18 @@ from typing import Any
 from calibo.engine import StudyState, select
 
 from ..errors import Conflict
-from ..storage import StudyTx, now
+from ..storage import StudyTx, TrialRow, now
 from .definitions import StudyDef
 from .steps import StudySteps
-from .views import asked_view
+from .views import AskedView, asked_view
 from .writes import AskWrite
 
 
 class AskSteps(StudySteps):
     """:class:`StudyService`'s ask steps (mixed into it: they use its storage, caches and settings)."""
 
-    def _ask_in(self, tx: StudyTx, sd: StudyDef, items: list[AskWrite]) -> list[Any]:
-        out: list[Any] = [None] * len(items)
+    def _ask_in(self, tx: StudyTx, sd: StudyDef, items: list[AskWrite]) -> list[list[AskedView] | Exception]:
+        out: list[list[AskedView] | Exception | None] = [None] * len(items)
         # retried asks: answer what their key created (earlier, or earlier in this batch)
         keyed = {w.key for w in items if w.key is not None}
         done = {k: [asked_view(t) for t in ts] for k, ts in tx.asked_with(list(keyed)).items()} if keyed else {}
@@ -40,9 +40,13 @@ class AskSteps(StudySteps):
         for i, w in enumerate(items):
             if out[i] is None and w.key is not None:  # a key's second ask in the batch
                 out[i] = out[first_of[w.key]]
-        return out
+        answered: list[list[AskedView] | Exception] = []
+        for done_ask in out:  # every ask answered: fresh, from its key, or as its key's first ask
+            assert done_ask is not None
+            answered.append(done_ask)
+        return answered
 
-    def _ask_fresh(self, tx: StudyTx, sd: StudyDef, items: list[AskWrite]) -> list[Any]:
+    def _ask_fresh(self, tx: StudyTx, sd: StudyDef, items: list[AskWrite]) -> list[list[AskedView] | Exception]:
         """Select and record new trials for ``items``: one answer (trials, or an error) per item.
 
         Enqueued trials go first, oldest first, each to exactly one ask (they are handed out inside
@@ -66,7 +70,8 @@ class AskSteps(StudySteps):
                 pending=[t.params for t in running] + [t.params for t in fixed],
                 exclude_keys=self._finished_keys(tx),  # warm-up: select reads the snapshot's n_obs
             )
-        specs, rows = [], []
+        specs: list[dict[str, Any]] = []  # the storage's new-trial specs (StudyTx.add_trials, assign)
+        rows: list[dict[str, Any]] = []
         rng = state.fill_rng(st.next_number)
         donors = iter(suggestions)
         for t in waiting:  # enqueued trials first, in order
@@ -101,9 +106,9 @@ class AskSteps(StudySteps):
                 rows.append({"id": t.id, "number": t.number, "origin": t.origin, "user_attrs": t.user_attrs})
             else:
                 rows.append({**next(made), "user_attrs": spec.get("user_attrs")})
-        answers: list[Any] = [[] for _ in items]
+        answers: list[list[AskedView]] = [[] for _ in items]
         for j, r, spec in zip(owners, rows, specs, strict=True):
-            trial = {"id": r["id"], "number": r["number"], "study_id": study_id, "params": spec["params"],
+            trial: AskedView = {"id": r["id"], "number": r["number"], "study_id": study_id, "params": spec["params"],
                      "prediction": spec.get("shown")}
             if r.get("origin"):
                 trial["origin"] = r["origin"]
@@ -113,7 +118,7 @@ class AskSteps(StudySteps):
         return [trials or Conflict("every configuration of the space has been tried or is running",
                                    field="count", code="space_exhausted") for trials in answers]
 
-    def _queue(self, tx: StudyTx, total: int) -> list[Any]:
+    def _queue(self, tx: StudyTx, total: int) -> list[TrialRow]:
         """The oldest ``total`` enqueued trials, to hand out first. An enqueue with ``skip_if_exists``
         leaves its configuration's key on its waiting trial: if a trial has finished with that
         configuration since (added, or told), the waiting one is taken off the queue instead of being
@@ -121,7 +126,7 @@ class AskSteps(StudySteps):
         waiting = tx.waiting_trials()
         # the finished keys only where a waiting trial asks to be checked (most asks have none waiting)
         evaluated = self._finished_keys(tx) if any(t.ukey for t in waiting) else set()
-        out: list[Any] = []
+        out: list[TrialRow] = []
         for t in waiting:
             if t.ukey and bytes.fromhex(t.ukey) in evaluated:
                 tx.remove_waiting(t)

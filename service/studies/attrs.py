@@ -17,10 +17,17 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from ..errors import InvalidRequest
 from ..finite import finite
+
+if TYPE_CHECKING:
+    from ..storage import Storage
+
+# A JSON value, and a JSON object such as user attributes (what ``storable_attrs`` admits)
+Json: TypeAlias = "str | int | float | bool | None | list[Json] | dict[str, Json]"
+JsonObject: TypeAlias = "dict[str, Json]"
 
 MAX_USER_ATTRS_BYTES = 16_384  # a study's or trial's user_attrs, as compact JSON
 MAX_USER_ATTRS_KEYS = 64  # keys at the top level
@@ -73,7 +80,7 @@ def _walk(v: Any, path: str, depth: int) -> None:
         raise AttrError(path, f"must be plain JSON, not {type(v).__name__}")
 
 
-def storable_attrs(attrs: Any) -> dict[str, Any]:
+def storable_attrs(attrs: Any) -> JsonObject:
     """``attrs`` if it is a JSON object every backend stores and reads back unchanged; AttrError
     (a ValueError, so pydantic reports it as a validation error) naming the part that is not."""
     if not isinstance(attrs, dict):
@@ -84,11 +91,11 @@ def storable_attrs(attrs: Any) -> dict[str, Any]:
     size = len(json.dumps(attrs, separators=(",", ":"), ensure_ascii=False).encode())
     if size > MAX_USER_ATTRS_BYTES:
         raise AttrError("", f"at most {MAX_USER_ATTRS_BYTES} bytes as JSON (got {size})")
-    return finite(attrs)  # -0.0 as 0.0: what every backend reads back
+    return cast(JsonObject, finite(attrs))  # -0.0 as 0.0: what every backend reads back
 
 
-def change_study_attrs(storage: Any, study_id: int, put: dict[str, Any] | None, drop: list[str] | None
-                       ) -> dict[str, Any]:
+def change_study_attrs(storage: Storage, study_id: int, put: dict[str, Any] | None, drop: list[str] | None
+                       ) -> JsonObject:
     """Set ``put`` and remove ``drop`` (keys the study lacks are ignored, so a repeated change
     changes nothing) in a study's user attributes, in one locked transaction of ``storage``
     (``Storage.change_study_attrs``: concurrent changes of different keys all land); the attributes
@@ -99,7 +106,7 @@ def change_study_attrs(storage: Any, study_id: int, put: dict[str, Any] | None, 
     if both:
         raise InvalidRequest(f"{both[0]!r} is both set and deleted", field="delete")
 
-    def change(current: dict[str, Any]) -> dict[str, Any]:
+    def change(current: dict[str, Any]) -> JsonObject:
         after = {k: v for k, v in current.items() if k not in drop} | put
         try:
             return storable_attrs(after)

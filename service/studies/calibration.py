@@ -10,6 +10,7 @@ from calibo.engine import StudyState, metrics
 
 from ..storage import StudyInfo
 from .definitions import StudyDef
+from .views import CalibratedTrial, CalibrationBlock, CalibrationView
 
 
 def objective_records(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -19,13 +20,14 @@ def objective_records(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def calibration_view(sd: StudyDef, info: StudyInfo, rows: list[tuple[int, int, dict[str, Any], dict[str, Any]]],
-                     window: int = 20) -> dict[str, Any]:
+                     window: int = 20) -> CalibrationView:
     """``rows``: (trial id, number, params, record) of completed trials that had a prediction.
 
     The top level is the study's objective (a multi-objective study's first); ``objectives`` (several
     objectives) and ``constraints`` hold each one's own coverage, rolling coverage and alphas."""
     study_id = sd.id
-    trials, records, params, whole = [], [], [], []
+    trials: list[CalibratedTrial] = []
+    records, params, whole = [], [], []
     for tid, number, p, rec in rows:
         main = objective_records(rec)[0]
         if "covered" not in main:
@@ -45,25 +47,26 @@ def calibration_view(sd: StudyDef, info: StudyInfo, rows: list[tuple[int, int, d
         })
     state = StudyState.from_dict(info.state)
     nominal = [round(1.0 - s.target, 10) for s in state.states]
-    out: dict[str, Any] = {
+    current = [s.alpha for s in state.states]
+    if not records:
+        return {"study_id": study_id, "n": 0, "nominal": nominal, "trials": trials, "current_alpha": current,
+                "summary": {"n": 0}, "conformal": {"n": 0}, "cumulative_coverage": [], "rolling_coverage": [],
+                "alpha_trajectory": []}
+    covered = np.array([r["covered"] for r in records], dtype=float)
+    features = sd.space.encode([sd.space.validate(p) for p in params])
+    out: CalibrationView = {
         "study_id": study_id,
         "n": len(records),
         "nominal": nominal,
         "trials": trials,
-        "current_alpha": [s.alpha for s in state.states],
+        "current_alpha": current,
+        "cumulative_coverage": metrics.cumulative_coverage(covered).tolist(),
+        "rolling_coverage": metrics.trailing_coverage(covered, window).tolist(),
+        "alpha_trajectory": [r["alpha"] for r in records],
+        "summary": metrics.summarize(records, features, window=window),
+        "conformal": metrics.summarize(records, features, window=window, conformal_only=True),
+        "window": window,
     }
-    if not records:
-        out.update(summary={"n": 0}, conformal={"n": 0}, cumulative_coverage=[], rolling_coverage=[],
-                   alpha_trajectory=[])
-        return out
-    covered = np.array([r["covered"] for r in records], dtype=float)
-    features = sd.space.encode([sd.space.validate(p) for p in params])
-    out["cumulative_coverage"] = metrics.cumulative_coverage(covered).tolist()
-    out["rolling_coverage"] = metrics.trailing_coverage(covered, window).tolist()
-    out["alpha_trajectory"] = [r["alpha"] for r in records]
-    out["summary"] = metrics.summarize(records, features, window=window)
-    out["conformal"] = metrics.summarize(records, features, window=window, conformal_only=True)
-    out["window"] = window
     if sd.multi:  # each objective's calibration, the first (the top level) among them
         states = [state.states, *state.objectives]
         out["objectives"] = [_block(f"objective {j}", direction, whole, "objectives", j, features, window, states)
@@ -76,12 +79,12 @@ def calibration_view(sd: StudyDef, info: StudyInfo, rows: list[tuple[int, int, d
 
 
 def _block(name: str, direction: str | None, records: list[dict[str, Any]], key: str, j: int,
-           features: np.ndarray, window: int, states: list[list[Any]]) -> dict[str, Any]:
+           features: np.ndarray, window: int, states: list[list[Any]]) -> CalibrationBlock:
     """The calibration of outcome ``j`` under ``key`` (an objective or a constraint) of ``records``."""
     rows = [i for i, r in enumerate(records) if r.get(key)]
     recs = [records[i][key][j] for i in rows]
     cov = np.array([r["covered"] for r in recs], dtype=float)
-    out = {
+    out: CalibrationBlock = {
         "name": name, "n": len(recs),
         "cumulative_coverage": metrics.cumulative_coverage(cov).tolist() if recs else [],
         "rolling_coverage": metrics.trailing_coverage(cov, window).tolist() if recs else [],

@@ -14,6 +14,7 @@ from calibo.engine.study import StudySpec
 
 from ..errors import InvalidRequest, NotFound
 from ..storage import Storage
+from .views import ImportanceView
 
 __all__ = ["ImportanceCache"]
 
@@ -26,9 +27,9 @@ class ImportanceCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._answers: OrderedDict[tuple[int, int], tuple[tuple, dict[str, Any]]] = OrderedDict()
+        self._answers: OrderedDict[tuple[int, int], tuple[tuple[Any, ...], ImportanceView]] = OrderedDict()
 
-    def get(self, storage: Storage, study_id: int, objective: int = 0) -> dict[str, Any]:
+    def get(self, storage: Storage, study_id: int, objective: int = 0) -> ImportanceView:
         inputs = storage.fit_inputs(study_id)
         if inputs is None:
             raise NotFound(f"study {study_id} not found", field="study")
@@ -50,8 +51,10 @@ class ImportanceCache:
         result = importance(obs, spec.space, seed=spec.seed).to_dict()
         for p in result["importances"]:
             p.pop("shares", None)
-        answer = {**result, "objective": objective,
-                  "computed_at": datetime.now(UTC).isoformat().replace("+00:00", "Z")}
+        answer: ImportanceView = {
+            "importances": result["importances"], "n_trials": result["n_trials"], "objective": objective,
+            "method": result["method"], "fit": result["fit"], "seconds": result["seconds"],
+            "computed_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"), "cached": False}
         with self._lock:
             self._answers[(study_id, objective)] = (key, answer)
             while len(self._answers) > _KEEP:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -11,6 +10,7 @@ from calibo.engine import multi
 
 from ..storage import feasible
 from .definitions import StudyDef
+from .views import Front, HypervolumePoint
 
 HISTORY_POINTS = 200  # at most this many points of the hypervolume-over-trials curve
 LARGEST = float(np.finfo(float).max)
@@ -19,7 +19,8 @@ LARGEST = float(np.finfo(float).max)
 def _finite_ref(ref: np.ndarray) -> np.ndarray:
     """The default reference point (worst plus a tenth of the range) can overflow when told values
     reach +-1.8e308: it saturates at the largest float, so JSON can carry it."""
-    return np.clip(np.nan_to_num(ref, nan=LARGEST, posinf=LARGEST, neginf=-LARGEST), -LARGEST, LARGEST)
+    out: np.ndarray = np.clip(np.nan_to_num(ref, nan=LARGEST, posinf=LARGEST, neginf=-LARGEST), -LARGEST, LARGEST)
+    return out
 
 
 def _hypervolume(Y: np.ndarray, ref: np.ndarray) -> float:
@@ -37,15 +38,17 @@ def _hypervolume(Y: np.ndarray, ref: np.ndarray) -> float:
 
 
 def pareto(sd: StudyDef, rows: Sequence[tuple[int, list[float], list[float] | None]],
-           history: bool = False) -> dict[str, Any]:
+           history: bool = False) -> Front:
     """The front of ``rows`` (``(trial id, values, constraints)`` in completion order): the ids of
     its non-dominated feasible trials, their hypervolume, the reference point (the study's, or each
     objective's worst observed value plus a tenth of its observed range, in the objectives' units)
     and, with ``history``, the hypervolume after each completed trial against that point."""
     signs = np.array([1.0 if d == "minimize" else -1.0 for d in sd.directions])
     if not rows:
-        return {"ids": [], "size": 0, "hypervolume": 0.0, "reference_point": None,
-                **({"history": []} if history else {})}
+        empty: Front = {"ids": [], "size": 0, "hypervolume": 0.0, "reference_point": None}
+        if history:
+            empty["history"] = []
+        return empty
     Y = np.array([v for _, v, _ in rows], dtype=float) * signs  # minimised
     ok = np.array([feasible(c) for _, _, c in rows])
     ref_user = sd.config.reference_point
@@ -54,7 +57,7 @@ def pareto(sd: StudyDef, rows: Sequence[tuple[int, list[float], list[float] | No
                           else multi.reference_point(Y))
     good = np.flatnonzero(ok)
     front = good[multi.pareto_mask(Y[good])] if good.size else good
-    out: dict[str, Any] = {
+    out: Front = {
         "ids": [rows[int(i)][0] for i in front],
         "size": int(front.size),
         "hypervolume": _hypervolume(Y[front], ref),
@@ -63,7 +66,8 @@ def pareto(sd: StudyDef, rows: Sequence[tuple[int, list[float], list[float] | No
     if history:
         n = len(rows)
         marks = sorted(set(np.linspace(1, n, min(n, HISTORY_POINTS)).round().astype(int).tolist()))
-        curve, kept = [], np.empty((0, Y.shape[1]))
+        curve: list[HypervolumePoint] = []
+        kept = np.empty((0, Y.shape[1]))
         last = 0
         for k in marks:  # the front so far grows by the trials completed since the last mark
             new = Y[last:k][ok[last:k]]

@@ -42,8 +42,19 @@ from .outcomes import check_constraints, check_outcome
 from .pareto import pareto as pareto_of
 from .reports import report
 from .tells import TellSteps
-from .views import StudySummary, StudyView, study_summary, study_view, trial_view
-from .writes import AskWrite, TellWrite, Write
+from .views import (
+    AskedView,
+    CalibrationView,
+    ImportanceView,
+    ParetoView,
+    StudySummary,
+    StudyView,
+    TrialView,
+    study_summary,
+    study_view,
+    trial_view,
+)
+from .writes import AskWrite, TellWrite, Told, Write
 
 # An ask while trials run waits for the fit in flight when the newest fit took at most this share of
 # a trial's median run time, and for no longer (StudyService._maybe_wait_for_fit).
@@ -72,7 +83,7 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
         self._importance = ImportanceCache()
         self._inflight_lock = threading.Lock()  # guards _inflight: the asks and tells in flight per study
         self._inflight: Counter[int] = Counter()
-        self._writes = GroupCommit(self._write_batch)
+        self._writes: GroupCommit[int, Write, list[AskedView] | Told] = GroupCommit(self._write_batch)
 
     # -------------------------------------------------------------- studies
     def create(self, name: str, space: Any, direction: str = "minimize", surrogate: str | None = None,
@@ -140,7 +151,7 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
         front = pareto_of(sd, self.storage.objective_rows(info.id)) if sd.multi else None
         return study_view(info, self.settings.ask_wait_seconds, fit, front)
 
-    def pareto(self, study_id: int) -> dict[str, Any]:
+    def pareto(self, study_id: int) -> ParetoView:
         """A multi-objective study's front: its trials, hypervolume, reference point and the
         hypervolume over trials; Conflict for a single-objective study."""
         sd = self.study(study_id)
@@ -151,7 +162,7 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
         return {"study_id": study_id, "directions": list(sd.directions),
                 "trials": [trial_view(t) for t in self.storage.trials_by_id(study_id, front["ids"])],
                 "hypervolume": front["hypervolume"], "reference_point": front["reference_point"],
-                "history": front["history"]}
+                "history": front.get("history", [])}
 
     # ------------------------------------------------------------------ ask
     def _snapshot(self, tx_data: Any, study_id: int, version: int) -> Snapshot | None:
@@ -195,7 +206,7 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
         return sd if sd is not None else await anyio.to_thread.run_sync(self.study, study_id)
 
     async def ask(self, study_id: int, count: int = 1, worker_id: str | None = None,
-                  key: str | None = None, user_attrs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                  key: str | None = None, user_attrs: dict[str, Any] | None = None) -> list[AskedView]:
         """``count`` new trials; concurrent asks on one study are served as one batch (one select)
         in the same transaction as the tells queued with them (see ``_write_batch``).
 
@@ -208,7 +219,8 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
             if self._inflight[study_id] == 1:  # maybe a sequential user: see _maybe_wait_for_fit
                 await anyio.to_thread.run_sync(self._maybe_wait_for_fit, sd)
             out = await self._writes(study_id, AskWrite(count, worker_id, key, user_attrs))
-        if self.metrics is not None and isinstance(out, list):
+        assert isinstance(out, list)  # an ask's answer (an error is raised by the group commit)
+        if self.metrics is not None:
             self.metrics.asked.inc(len(out))
         return out
 
@@ -225,13 +237,13 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
                 if not self._inflight[study_id]:
                     del self._inflight[study_id]
 
-    def _write_batch(self, study_id: int, items: list[Write]) -> list[Any]:
+    def _write_batch(self, study_id: int, items: list[Write]) -> list[list[AskedView] | Told | Exception]:
         """One transaction for every ask and tell queued on the study: the tells first, in
         arrival order (so the asks see their outcomes), then one select for all the asks."""
         sd = self.study(study_id)
         tells = [(i, w) for i, w in enumerate(items) if isinstance(w, TellWrite)]
         asks = [(i, w) for i, w in enumerate(items) if isinstance(w, AskWrite)]
-        out: list[Any] = [None] * len(items)
+        out: list[list[AskedView] | Told | Exception] = [[] for _ in items]  # each replaced below
         try:
             with self.storage.locked(study_id) as tx:
                 sd = self._current(tx, sd)  # another process may have grown the space
@@ -239,8 +251,8 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
                     for (i, _), r in zip(tells, self._tell_in(tx, sd, [w for _, w in tells]), strict=True):
                         out[i] = r
                 if asks:
-                    for (i, _), r in zip(asks, self._ask_in(tx, sd, [w for _, w in asks]), strict=True):
-                        out[i] = r
+                    for (i, _), answer in zip(asks, self._ask_in(tx, sd, [w for _, w in asks]), strict=True):
+                        out[i] = answer
         except BaseException:
             # the finished-keys cache may have read this transaction's own (now rolled back) tells:
             # positions it skipped past would be reused by later tells and never read
@@ -260,7 +272,7 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
     async def tell(self, study_id: int, trial_id: int, value: float | None = None,
                    state: str | None = None, constraints: list[float] | None = None,
                    user_attrs: dict[str, Any] | None = None, values: list[float] | None = None,
-                   interrupted: bool = False) -> tuple[dict[str, Any], bool]:
+                   interrupted: bool = False) -> tuple[TrialView, bool]:
         """Finish a trial. Returns ``(trial view, changed)``; repeating a tell changes nothing.
 
         ``values``: a multi-objective study's objectives (instead of ``value``).
@@ -279,6 +291,7 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
         with self._active(study_id):
             told = await self._writes(study_id, TellWrite(trial_id, state, value, values, constraints, user_attrs,
                                                           interrupted))
+        assert isinstance(told, Told)  # a tell's answer (an error is raised by the group commit)
         view, changed, n_complete = told.view, told.changed, told.n_complete
         if changed and self.metrics is not None:
             self.metrics.told.labels(state).inc()
@@ -300,11 +313,11 @@ class StudyService(AskSteps, TellSteps, AddedTrials, SpaceGrowth):
             self.metrics.pruned.inc(prune)
         return prune
 
-    def importance(self, study_id: int, objective: int = 0) -> dict[str, Any]:
+    def importance(self, study_id: int, objective: int = 0) -> ImportanceView:
         return self._importance.get(self.storage, study_id, objective)
 
     # --------------------------------------------------------- calibration
-    def calibration(self, study_id: int, window: int = 20) -> dict[str, Any]:
+    def calibration(self, study_id: int, window: int = 20) -> CalibrationView:
         rows = self.storage.calibration_rows(study_id)
         info = self.storage.get_study(study_id)  # read after the rows: its space holds every parameter theirs do
         return calibration_view(self._fresh(info), info, rows, window)

@@ -78,6 +78,113 @@ class StudySummary(TypedDict):
     best_trial: dict[str, Any] | None
 
 
+class EnqueuedView(TypedDict):
+    """A trial as an enqueue answers it (``EnqueuedTrial`` on the wire)."""
+
+    id: int
+    number: int
+    params: dict[str, Any]
+    state: str
+    origin: str
+    user_attrs: dict[str, Any]
+
+
+class HypervolumePoint(TypedDict):
+    trials: int
+    hypervolume: float
+
+
+class Front(TypedDict):
+    """A multi-objective study's front (``studies.pareto``): its trials' ids, their hypervolume, the
+    reference point, and with a history the hypervolume over trials."""
+
+    ids: list[int]
+    size: int
+    hypervolume: float
+    reference_point: list[float] | None
+    history: NotRequired[list[HypervolumePoint]]
+
+
+class ParetoView(TypedDict):
+    """``GET /v1/studies/{study}/pareto`` (``ParetoFront`` on the wire)."""
+
+    study_id: int
+    directions: list[str]
+    trials: list[TrialView]
+    hypervolume: float
+    reference_point: list[float] | None
+    history: list[HypervolumePoint]
+
+
+class ImportanceView(TypedDict):
+    """``GET /v1/studies/{study}/importance`` (``Importance`` on the wire)."""
+
+    importances: list[dict[str, Any]]
+    n_trials: int
+    objective: int
+    method: str | None
+    fit: dict[str, Any] | None
+    seconds: float
+    computed_at: str | None
+    cached: bool
+    reason: NotRequired[str]
+
+
+class CalibrationInterval(TypedDict):
+    coverage: float
+    alpha: float
+    lower: float
+    upper: float
+    covered: bool
+    width: float
+
+
+class CalibratedTrial(TypedDict):
+    """A completed trial's prediction at ask against its outcome."""
+
+    trial_id: int
+    number: int
+    method: str
+    value: float
+    mean: float | None
+    levels: list[float] | None
+    quantiles: list[float] | None
+    intervals: list[CalibrationInterval]
+    beta: list[float] | None
+
+
+class CalibrationBlock(TypedDict):
+    """One outcome's calibration (a further objective's, a constraint's)."""
+
+    name: str
+    n: int
+    cumulative_coverage: list[float]
+    rolling_coverage: list[float]
+    alpha_trajectory: list[list[float]]
+    summary: dict[str, Any]
+    conformal: dict[str, Any]
+    current_alpha: list[float]
+    direction: NotRequired[str]
+
+
+class CalibrationView(TypedDict):
+    """``GET /v1/studies/{study}/calibration`` (``Calibration`` on the wire)."""
+
+    study_id: int
+    n: int
+    nominal: list[float]
+    trials: list[CalibratedTrial]
+    current_alpha: list[float]
+    summary: dict[str, Any]
+    conformal: dict[str, Any]
+    cumulative_coverage: list[float]
+    rolling_coverage: list[float]
+    alpha_trajectory: list[list[float]]
+    window: NotRequired[int]
+    objectives: NotRequired[list[CalibrationBlock]]
+    constraints: NotRequired[list[CalibrationBlock]]
+
+
 def asked_view(t: TrialRow) -> AskedView:
     """A trial as the ask that created it answered it."""
     out: AskedView = {"id": t.id, "number": t.number, "study_id": t.study_id, "params": t.params,
@@ -137,7 +244,7 @@ class StudyView(TypedDict):
 
 
 def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool],
-               pareto: dict[str, Any] | None = None) -> StudyView:
+               pareto: Front | None = None) -> StudyView:
     """The study view of the wire contract; ``fit`` is the fit pool's status for the study;
     ``pareto`` a multi-objective study's front (``studies.pareto``)."""
     d = info.definition
@@ -166,7 +273,8 @@ def study_view(info: StudyInfo, default_ask_wait: float, fit: dict[str, bool],
         "created_at": info.created_at,
         "trials": info.counts,
         "best_trial": info.best_trial,
-        "pareto": None if pareto is None else {k: pareto[k] for k in ("size", "hypervolume", "reference_point")},
+        "pareto": None if pareto is None else {"size": pareto["size"], "hypervolume": pareto["hypervolume"],
+                                               "reference_point": pareto["reference_point"]},
         "surrogate_status": {
             "snapshot_version": info.snapshot_version or None,
             "fitted_on": info.snapshot_n_obs,
