@@ -93,7 +93,7 @@ def _failures(seed: int, trials: int = 40) -> tuple[int, list[float]]:
     n, chosen = 0, []
     for _ in range(trials):
         (s,) = opt.ask()
-        snap = opt._snapshot
+        snap = opt.snapshot  # the snapshot the ask chose on (no new observation since)
         if s.prediction is not None and snap.success is not None:  # chosen on the model (not warm-up)
             row = int(np.argmin(np.abs(snap.candidates - opt.space.to_unit([s.params])[0]).sum(axis=1)))
             chosen.append(float(np.exp(snap.success[row])))
@@ -185,7 +185,7 @@ def _optuna_run(learn: bool, seed: int, trials: int) -> tuple[int, Any]:
 def test_calibo_sampler_fits_on_the_studys_fail_trials_unless_told_not_to() -> None:
     for learn in (True, False):
         failed, sampler = _optuna_run(learn, 0, 14)
-        snaps = [snap for _, snap in sampler._fits.values()]
+        snaps = [cache.snapshot for cache in sampler._fits.values()]
         assert failed and snaps
         assert (snaps[-1].success is not None) == learn, (learn, failed)
     with pytest.raises(ValueError, match="learn_failures"):

@@ -6,9 +6,9 @@ Heavy: runs on a worker (on the GPU for the torch surrogates). Deterministic in 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -25,7 +25,7 @@ from .retune import Tuned, plan, warp_moved
 from .scoring import MultiScore, narrows, with_feasibility
 from .snapshot import Head, Snapshot
 from .space import SearchSpace
-from .surrogates import make_surrogate
+from .surrogates import BaseSurrogate, make_surrogate
 from .warp import Warp, fit_warp
 
 
@@ -89,11 +89,30 @@ def fit(
     return snap
 
 
+class FitCache:
+    """One study's newest snapshot, fitted again only when what it is fitted on changes (``key``),
+    each fit handed what the one before it tuned (``engine.retune``): the snapshot cache of the
+    in-process homes (``Optimizer``, ``CaliboSampler``; the service keeps its snapshots stored)."""
+
+    def __init__(self, tuned: Tuned | None = None) -> None:
+        self.key: Any = None
+        self.snapshot: Snapshot | None = None
+        self.tuned = tuned  # what the newest fit hands the next one
+
+    def get(self, key: Any, fit_with: Callable[[Tuned | None], Snapshot]) -> Snapshot:
+        """The snapshot fitted on ``key``: the newest one, or ``fit_with(tuned)``'s when ``key`` changed."""
+        if self.snapshot is None or self.key != key:
+            self.snapshot = fit_with(self.tuned)
+            self.key = key
+            self.tuned = Tuned.of(self.snapshot.meta)
+        return self.snapshot
+
+
 class _Outcome:
     """One modelled outcome of a fit: its warp, warped values, conformal fit (``conformalize``)."""
 
-    def __init__(self, values: np.ndarray, warp: Warp, config: EngineConfig, make, X: np.ndarray, method: str,
-                 fit_seed: int) -> None:
+    def __init__(self, values: np.ndarray, warp: Warp, config: EngineConfig, make: Callable[[], BaseSurrogate],
+                 X: np.ndarray, method: str, fit_seed: int) -> None:
         self.warp = warp
         self.y = self.warp.forward(values)
         self.cf = conformalize(make, X, self.y, method, fit_seed, k_folds=config.cv_folds,
@@ -105,8 +124,9 @@ class _Outcome:
         return tuned() if tuned is not None else None
 
 
-def _outcomes(values: Sequence[np.ndarray], seeds: Sequence[int], config: EngineConfig, make, X: np.ndarray,
-              method: str, tuned: Tuned | None) -> tuple[list[_Outcome], dict[str, Any], Tuned | None]:
+def _outcomes(values: Sequence[np.ndarray], seeds: Sequence[int], config: EngineConfig,
+              make: Callable[[dict[str, Any] | None], BaseSurrogate], X: np.ndarray, method: str,
+              tuned: Tuned | None) -> tuple[list[_Outcome], dict[str, Any], Tuned | None]:
     """Every modelled outcome's fit, a full refit or an update of ``tuned`` (``retune``): the
     outcomes, what ``meta["fit"]`` says of the fit, and the hyperparameters the next fit keeps."""
     warps = [fit_warp(config.warp, v) for v in values]
@@ -120,7 +140,7 @@ def _outcomes(values: Sequence[np.ndarray], seeds: Sequence[int], config: Engine
             for v, w, h, s in zip(values, warps, hyper, seeds, strict=True)]
     if kept is None:
         found = [o.hyperparameters() for o in outs]
-        kept = (Tuned(X.shape[0], method, tuple(found), tuple(shapes))
+        kept = (Tuned(X.shape[0], method, tuple(h for h in found if h is not None), tuple(shapes))
                 if all(h is not None for h in found) else None)
         return outs, {"kind": "full", "why": why}, kept
     return outs, {"kind": "update", "why": why}, kept
@@ -150,7 +170,7 @@ def quantum(values: np.ndarray) -> float:
     return float(min(2.0 * float(steps.min()), np.finfo(float).max)) if steps.size else 0.0
 
 
-def _improvable(best: float, raw: np.ndarray, feasible: np.ndarray, warp) -> float:
+def _improvable(best: float, raw: np.ndarray, feasible: np.ndarray, warp: Warp) -> float:
     """The value an improvement acquisition improves on (warped, minimised): the best observed
     value less half the metric's ``quantum`` (in its own units, through the warp). Where the
     incumbent is tied, a trial that ties it again changes nothing, and one that improves does so by
@@ -169,11 +189,14 @@ def _rank_p(outcomes: Sequence[_Outcome]) -> float | None:
     """The warm-up's rank test over every objective: the largest one-sided p-value (each model must
     rank its own held-out results), None without fold models."""
     ps = [o.cf.rank_p(o.y) for o in outcomes]
-    return None if any(p is None for p in ps) else max(ps)
+    known = [p for p in ps if p is not None]
+    return max(known) if len(known) == len(ps) else None
 
 
-def _fit(observations, space, config, direction, seed, candidates, device, pending=(), constraints=None,
-         directions=None, failed=(), tuned=None) -> Snapshot:
+def _fit(observations: Sequence[tuple[dict[str, Any], Any]], space: SearchSpace, config: EngineConfig, direction: str,
+         seed: int, candidates: np.ndarray | None, device: str, pending: Sequence[dict[str, Any]] = (),
+         constraints: Sequence[Sequence[float]] | None = None, directions: Sequence[str] | None = None,
+         failed: Sequence[dict[str, Any]] = (), tuned: Tuned | None = None) -> Snapshot:
     t0 = time.perf_counter()
     dirs = check_directions(directions) if directions is not None and len(directions) > 1 else (direction,)
     signs = [sign_of(d) for d in dirs]
@@ -188,7 +211,7 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     rng = np.random.default_rng([seed, n, 7])
     fit_seed = int(rng.integers(2**31))
 
-    def make(hyper: dict[str, Any] | None = None):
+    def make(hyper: dict[str, Any] | None = None) -> BaseSurrogate:
         kept = {} if hyper is None else {"hyper": hyper}
         return make_surrogate(config.surrogate, levels, fit_seed, device=device, **config.surrogate_options, **kept)
 
@@ -219,7 +242,7 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
     mine = _at_candidates(cf, Xc, levels)
     raw = mine["raw"]
     heads = _heads(objs, cons, signs, thresholds, feasible, Xc, levels)
-    meta = {"device": cf.model.ran_on, "rank_p": _rank_p([main] + objs),
+    meta: dict[str, Any] = {"device": cf.model.ran_on, "rank_p": _rank_p([main] + objs),
             "crowd": crowd.fit_info(cf.model, cand, raw, [o.cf.model for o in objs]), "fit": fit_kind}
     if tuned is not None:
         meta["tuned"] = tuned.to_dict()
@@ -229,7 +252,8 @@ def _fit(observations, space, config, direction, seed, candidates, device, pendi
         meta["n_feasible"] = int(feasible.sum())
     success = None
     if failed:  # its own seed: a study without failures draws as before
-        success = _f32(log_success(space, U, space.to_unit(list(failed)), cand, fit_seed + 7))
+        learned = log_success(space, U, space.to_unit(list(failed)), cand, fit_seed + 7)
+        success = None if learned is None else _f32(learned)
         meta["n_failed"] = len(failed)
     if objs:
         meta["directions"] = list(dirs)
@@ -336,7 +360,7 @@ def _searched(space: SearchSpace, models: Sequence[Any], cand: np.ndarray, U: np
 
     narrowed = narrows(config, several=mo is not None)
 
-    def predicted(model, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def predicted(model: Any, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The raw quantiles, and what select scores of them (``scoring.scored``)."""
         if not narrowed:
             raw = model.predict_quantiles(feats)
@@ -361,7 +385,8 @@ def _searched(space: SearchSpace, models: Sequence[Any], cand: np.ndarray, U: np
         else:
             sc = acq.score(name, Qs[0], levels, best=best, rng=dummy)
         if constraints:
-            log_pf = sum(acq.log_prob_below(m.predict_quantiles(feats), levels, t) for m, t in constraints)
+            log_pf = cast(np.ndarray, sum(acq.log_prob_below(m.predict_quantiles(feats), levels, t)
+                                          for m, t in constraints))
             sc = with_feasibility(sc, log_pf, name, any_feasible=bool(feasible.any()))
         return sc
 

@@ -16,14 +16,15 @@ import numpy as np
 from . import multi, reprs
 from .config import EngineConfig
 from .errors import ConfigError
-from .fit import fit
-from .outcomes import check_constraint_names, check_directions, check_value, check_values, sign_of
+from .fit import FitCache
+from .outcomes import check_constraint_names, check_constraint_values, check_directions, check_outcome, sign_of
 from .prediction import Prediction
 from .retune import Tuned
-from .select import Suggestion, select
+from .select import Suggestion, queued_first, select
 from .snapshot import Snapshot
 from .space import ParamError, SearchSpace
 from .state import StudyState
+from .study import StudySpec
 
 
 class Optimizer:
@@ -63,23 +64,19 @@ class Optimizer:
         learn_failures: bool = True,
         **settings: Any,
     ) -> None:
-        self.space = SearchSpace.from_dict(space)
         if directions is not None and not (isinstance(directions, (list, tuple)) and len(directions) == 1):
-            self.directions = check_directions(directions)
+            directions = check_directions(directions)
         else:
-            self.directions = tuple(directions or (direction,))
-        direction = self.directions[0]
-        sign_of(direction)
-        self.direction = direction
-        self.seed = int(seed)
+            directions = tuple(directions or (direction,))
+        sign_of(directions[0])
         cfg = config if isinstance(config, EngineConfig) else EngineConfig.from_dict(config)
-        over = {k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition),
-                                  ("n_warmup", n_warmup)) if v is not None}
-        self.config = replace(cfg, **over, **settings).for_objectives(len(self.directions))
-        self.constraints = check_constraint_names(constraints)
+        over: dict[str, Any] = {k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition),
+                                                  ("n_warmup", n_warmup)) if v is not None}
         if not isinstance(learn_failures, bool):
             raise ConfigError("learn_failures", "must be true or false")
-        self.learn_failures = learn_failures
+        # the study as the service's definition holds it (engine.study): one home for what a study is
+        self.spec = StudySpec(SearchSpace.from_dict(space), replace(cfg, **over, **settings).for_objectives(
+            len(directions)), directions, int(seed), check_constraint_names(constraints), {}, learn_failures)
         if self.multi:
             try:
                 multi.resolve(self.config.multi_acquisition, len(self.directions))
@@ -88,7 +85,7 @@ class Optimizer:
         ref = self.config.reference_point
         if ref is not None and len(ref) != len(self.directions):
             raise ConfigError("reference_point", f"must have one value per objective ({len(self.directions)})")
-        self.state = StudyState.initial(self.config, self.seed, len(self.directions), len(self.constraints))
+        self.state = self.spec.initial_state()
         self.observations: list[tuple[dict[str, Any], Any]] = []  # (params, value or list of values)
         self.constraint_values: list[list[float]] = []  # one row per observation, when there are constraints
         self.failed: list[dict[str, Any]] = []  # failed trials: never suggested again, and learnt from
@@ -96,8 +93,7 @@ class Optimizer:
         self.pending: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
         self.records: list[dict[str, Any]] = []
         self.asked = 0
-        self._snapshot: Snapshot | None = None
-        self._tuned: Tuned | None = None  # what the newest fit hands the next one (engine.retune)
+        self._fits = FitCache()  # the newest snapshot, and what it hands the next fit (engine.retune)
         # (observations, running configurations) the snapshot was (or, restored, is to be) fitted with:
         # fit conditions on the running trials, and state_dict's "fitted_with" lets a restored optimizer
         # refit the same snapshot on the same observations
@@ -110,28 +106,60 @@ class Optimizer:
                            ("observed", str(len(self.observations))), ("pending", str(len(self.pending))),
                            ("failed", str(len(self.failed)) if self.failed else None))
 
+    # ------------------------------------------------------------- the study
+    @property
+    def space(self) -> SearchSpace:
+        return self.spec.space
+
+    @property
+    def config(self) -> EngineConfig:
+        return self.spec.config
+
+    @config.setter
+    def config(self, config: EngineConfig) -> None:
+        self.spec = replace(self.spec, config=config)
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        return self.spec.directions
+
+    @property
+    def direction(self) -> str:
+        return self.spec.direction
+
+    @property
+    def seed(self) -> int:
+        return self.spec.seed
+
+    @property
+    def constraints(self) -> tuple[str, ...]:
+        return self.spec.constraints
+
+    @property
+    def learn_failures(self) -> bool:
+        return self.spec.learn_failures
+
+    @learn_failures.setter
+    def learn_failures(self, learn: bool) -> None:
+        self.spec = replace(self.spec, learn_failures=learn)
+
     # ----------------------------------------------------------------- ask
     @property
     def snapshot(self) -> Snapshot | None:
-        n = len(self.observations)
-        if not self.config.fits(n):
+        if not self.config.fits(len(self.observations)):
             return None
-        failed = self._failed_fitted()
-        if (self._snapshot is None or self._snapshot.n_obs != n
-                or self._snapshot.meta.get("n_failed", 0) != len(failed)):
-            t = time.perf_counter()
-            pending = self._fit_pending()
-            if pending is None:
-                pending = [p for p, _ in self.pending]
-            self._fitted_with = (self._fit_key(), pending)
-            self._snapshot = fit(self.observations, self.space, self.config, self.direction, self.seed,
-                                 pending=pending,
-                                 constraints=self.constraint_values if self.constraints else None,
-                                 directions=self.directions if self.multi else None, failed=failed,
-                                 tuned=self._tuned)
-            self._tuned = Tuned.of(self._snapshot.meta)
-            self.timings["fit"] += time.perf_counter() - t
-        return self._snapshot
+        return self._fits.get(self._fit_key(), self._fit)
+
+    def _fit(self, tuned: Tuned | None) -> Snapshot:
+        t = time.perf_counter()
+        pending = self._fit_pending()
+        if pending is None:
+            pending = [p for p, _ in self.pending]
+        self._fitted_with = (self._fit_key(), pending)
+        snap = self.spec.fit(self.observations, pending, self.constraint_values if self.constraints else None,
+                             failed=self.failed, tuned=tuned)
+        self.timings["fit"] += time.perf_counter() - t
+        return snap
 
     def _failed_fitted(self) -> list[dict[str, Any]]:
         """The failed configurations a fit learns from (none with ``learn_failures`` off)."""
@@ -148,15 +176,14 @@ class Optimizer:
             return self._fitted_with[1]
         return None
 
-    def ask(self, n: int = 1) -> list[Suggestion]:
+    def ask(self, n: int = 1) -> list[Suggestion[dict[str, Any]]]:
         """``n`` new configurations, distinct from every observed and pending one, chosen together;
         enqueued configurations first, in order."""
         if not isinstance(n, int) or n < 1:
             raise ValueError("n must be a positive integer")
         queued = [self.waiting.pop(0) for _ in range(min(n, len(self.waiting)))]
         fixed = [q for q in queued if self.space.complete(q)]
-        partial = [q for q in queued if not self.space.complete(q)]
-        chosen: list[Suggestion] = []
+        chosen: list[Suggestion[Prediction]] = []
         if n - len(fixed) > 0:
             snap = self.snapshot
             t = time.perf_counter()
@@ -166,14 +193,9 @@ class Optimizer:
                 pending=[p for p, _ in self.pending] + fixed, n_observed=len(self.observations),
             )
             self.timings["select"] += time.perf_counter() - t
-        rng = self.state.fill_rng(self.asked)
-        # a partly enqueued configuration takes the rest from a chosen one (no prediction: it was not chosen)
-        out = [Suggestion(dict(q), None) for q in fixed]
-        out += [Suggestion(self.space.fill(q, s.params, rng), None) for q, s in zip(partial, chosen, strict=False)]
-        out += chosen[len(partial):]
-        for sug in out:  # a suggestion's prediction is plain JSON for in-process users
-            if isinstance(sug.prediction, Prediction):
-                sug.prediction = sug.prediction.to_dict(points="list")
+        # a suggestion's prediction is plain JSON for in-process users
+        out = [Suggestion(s.params, None if s.prediction is None else s.prediction.to_dict(points="list"))
+               for s in queued_first(self.space, queued, chosen, self.state.fill_rng(self.asked))]
         self.asked += len(out)
         self.pending.extend((s.params, s.prediction) for s in out)
         return out
@@ -188,10 +210,13 @@ class Optimizer:
         """Several objectives."""
         return len(self.directions) > 1
 
-    def _value(self, value: Any) -> Any:
-        return check_values(value, len(self.directions), "value") if self.multi else check_value(value)
+    def _value(self, value: Any, state: str = "complete") -> Any:
+        """A finished trial's value (its list of values with several objectives; ``value`` names either)."""
+        one, several = check_outcome(self.directions, state, None if self.multi else value,
+                                     value if self.multi else None, values_field="value")
+        return several if self.multi else one
 
-    def tell(self, params: dict[str, Any], value: Any = None, prediction: dict[str, Any] | None = None,
+    def tell(self, params: dict[str, Any], value: Any = None, prediction: dict[str, Any] | Prediction | None = None,
              constraints: Sequence[float] | None = None, state: str = "complete") -> None:
         """Record ``value`` (a list of values, one per objective, with several objectives; and the
         constraint values) for ``params``; a pending suggestion's prediction adapts the calibration
@@ -208,11 +233,10 @@ class Optimizer:
         value = self._value(value)
         cons = self._constraint_values(constraints)
         pred = self._take_pending(self.space.key(params))
-        prediction = prediction if prediction is not None else pred
+        given = prediction if prediction is not None else pred
         t = time.perf_counter()
-        if isinstance(prediction, dict):
-            prediction = Prediction.from_dict(prediction)
-        self.state, record = self.state.adapt(prediction, value, cons)
+        self.state, record = self.state.adapt(Prediction.from_dict(given) if isinstance(given, dict) else given,
+                                              value, cons)
         self.timings["adapt"] += time.perf_counter() - t
         if record is not None:
             self.records.append(record.to_dict())
@@ -232,24 +256,18 @@ class Optimizer:
         again, but it was not chosen on a prediction, so the calibration state does not move.
         ``state="failed"`` records a configuration that failed (no value)."""
         params = self.space.validate(params)
+        if state not in ("complete", "failed"):
+            raise ParamError("state", "must be complete or failed")
         if state == "failed":
-            if value is not None:
-                raise ParamError("value", "a failed trial has no value")
+            self._value(value, state)
             self.failed.append(params)
             return
-        if state != "complete":
-            raise ParamError("state", "must be complete or failed")
         self._observe(params, self._value(value), self._constraint_values(constraints))
 
     def _constraint_values(self, constraints: Sequence[float] | None) -> list[float] | None:
-        if not self.constraints:
-            if constraints:
-                raise ParamError("constraints", "the optimizer has no constraints")
-            return None
-        if constraints is None or len(constraints) != len(self.constraints):
-            raise ParamError("constraints", f"needs {len(self.constraints)} values, one per constraint "
-                                            f"{list(self.constraints)}")
-        return [check_value(c) for c in constraints]
+        if not self.constraints and constraints is not None and len(constraints) == 0:
+            constraints = None  # no values for no constraints
+        return check_constraint_values(self.constraints, "complete", constraints)
 
     def _observe(self, params: dict[str, Any], value: Any, cons: list[float] | None) -> None:
         self.observations.append((params, value))
@@ -277,7 +295,9 @@ class Optimizer:
 
     def _minimised(self, rows: Sequence[int]) -> np.ndarray:
         signs = np.array([sign_of(d) for d in self.directions])
-        return np.array([self.observations[i][1] for i in rows], dtype=float).reshape(-1, len(signs)) * signs
+        values = np.array([self.observations[i][1] for i in rows], dtype=float).reshape(-1, len(signs))
+        out: np.ndarray = values * signs
+        return out
 
     @property
     def pareto(self) -> list[tuple[dict[str, Any], list[float]]]:
@@ -326,7 +346,7 @@ class Optimizer:
             # the running configurations the present snapshot was fitted with
             "fitted_with": self._fit_pending(),
             # the newest full refit's hyperparameters, which the next fit keeps unless one is due
-            "tuned": None if self._tuned is None else self._tuned.to_dict(),
+            "tuned": None if self._fits.tuned is None else self._fits.tuned.to_dict(),
             "state": self.state.to_dict(),
             "records": self.records,
             "asked": self.asked,
@@ -344,7 +364,7 @@ class Optimizer:
         opt.failed = [dict(p) for p in d.get("failed", [])]
         opt.waiting = [dict(p) for p in d.get("waiting", [])]
         opt.pending = [(dict(p), pred) for p, pred in d["pending"]]
-        opt._tuned = Tuned.from_dict(d.get("tuned"))
+        opt._fits = FitCache(Tuned.from_dict(d.get("tuned")))
         if d.get("fitted_with") is not None:
             opt._fitted_with = (opt._fit_key(), [dict(p) for p in d["fitted_with"]])
         if "state" in d:

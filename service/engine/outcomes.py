@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -72,3 +73,56 @@ def check_value(value: Any) -> float:
     if not math.isfinite(v):
         raise ParamError("value", "must be finite (no NaN or infinity)")
     return v + 0.0  # -0.0 as 0.0: SQLite keeps no sign
+
+
+def check_outcome(directions: Sequence[str], state: str, value: Any, values: Any = None,
+                  values_field: str = "values") -> tuple[float | None, list[float] | None]:
+    """A finished trial's ``(value, values)`` for ``state`` in a study of ``directions``; ParamError
+    naming the field. Every home checks a tell here (the service, ``Optimizer``).
+
+    A multi-objective study's completed trial has ``values`` (one per objective; ``values_field``
+    names them where the caller calls them otherwise) and no ``value``; its ``value`` is then the
+    first objective's (what the warm-up and listings count on)."""
+    if state not in ("complete", "failed", "pruned"):
+        raise ParamError("state", "must be complete, failed or pruned")
+    if len(directions) > 1:
+        if value is not None:
+            raise ParamError("value", f"a multi-objective study is told values, one per objective {list(directions)}")
+        if state == "complete" and values is None:
+            raise ParamError(values_field, "a completed trial needs its values, one per objective "
+                                           f"{list(directions)} (or give state failed/pruned)")
+        if state != "complete" and values is not None:
+            raise ParamError(values_field, f"a {state} trial has no values")
+        if values is None:
+            return None, None
+        vs = check_values(values, len(directions), values_field)
+        return vs[0], vs
+    if values is not None:
+        raise ParamError("values", "values are for a multi-objective study (directions); this one is told a value")
+    if state == "complete" and value is None:
+        raise ParamError("value", "a completed trial needs a value (or give state failed/pruned)")
+    if state == "failed" and value is not None:
+        raise ParamError("value", "a failed trial has no value")
+    return None if value is None else check_value(value), None
+
+
+def check_constraint_values(names: Sequence[str], state: str, constraints: Any) -> list[float] | None:
+    """A finished trial's constraint values in a study constrained by ``names``: a completed trial
+    carries one finite value per constraint (a failed or pruned one may); ParamError naming the field."""
+    if constraints is None:
+        if names and state == "complete":
+            raise ParamError("constraints", f"a completed trial needs its {len(names)} constraint values "
+                                            f"{list(names)}")
+        return None
+    if not names:
+        raise ParamError("constraints", "the study has no constraints")
+    if isinstance(constraints, (str, bytes, dict)) or not hasattr(constraints, "__len__") \
+            or len(constraints) != len(names):
+        raise ParamError("constraints", f"needs {len(names)} values, one per constraint {list(names)}")
+    out = []
+    for i, c in enumerate(constraints):
+        try:
+            out.append(check_value(c))
+        except ParamError as e:
+            raise ParamError(f"constraints.{i}", e.message) from None
+    return out

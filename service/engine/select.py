@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from . import acquisition as acq
 from . import crowd, multi, reprs
 from .config import SEARCH_CONFORMALIZED_FROM, EngineConfig
-from .conformal import pair_alphas, pair_intervals
+from .conformal import Bounds, pair_alphas, pair_intervals
 from .failures import likely
 from .outcomes import sign_of
 from .prediction import Interval, OutcomePrediction, Prediction
@@ -27,15 +27,18 @@ from .space import SearchSpace
 from .state import StudyState
 from .warp import BIG, Warp
 
+P = TypeVar("P")
+
 
 @dataclass
-class Suggestion:
+class Suggestion(Generic[P]):
     """A configuration to evaluate, and the calibrated prediction it was chosen on (None in the
     warm start): quantiles, mean and intervals in the user's units. ``select`` gives a
-    ``Prediction``; the in-process ``Optimizer`` its plain data (``Prediction.to_dict``)."""
+    ``Prediction`` (``Suggestion[Prediction]``); the in-process ``Optimizer`` its plain data
+    (``Prediction.to_dict``: ``Suggestion[dict[str, Any]]``)."""
 
     params: dict[str, Any]
-    prediction: Any = None
+    prediction: P | None = None
 
     def __repr__(self) -> str:
         return reprs.build(self, ("params", reprs.params(self.params)),
@@ -53,7 +56,7 @@ def _finite(x: float) -> float:
     return float(np.clip(np.nan_to_num(float(x), nan=0.0, posinf=BIG, neginf=-BIG), -BIG, BIG))
 
 
-def _outcome(bounds, method: str, levels: np.ndarray, row: int, Q: np.ndarray, alphas: np.ndarray,
+def _outcome(bounds: Bounds, method: str, levels: np.ndarray, row: int, Q: np.ndarray, alphas: np.ndarray,
              sign: float, warp: Warp) -> OutcomePrediction:
     """One outcome's calibrated prediction at candidate ``row``, in the user's units, with what
     ``adapt`` needs (the conformal point sets, the orientation, the warp)."""
@@ -106,7 +109,9 @@ def _prediction(snap: Snapshot, row: int, Q: np.ndarray, alphas: np.ndarray, sig
 def warmup_points(space: SearchSpace, seed: int, start: int, count: int,
                   exclude: set[bytes]) -> np.ndarray:
     """Points ``start..`` of the study's scrambled Sobol sequence, skipping excluded ones."""
-    out, keys, pos = [], set(), start
+    out: list[np.ndarray] = []
+    keys: set[bytes] = set()
+    pos = start
     while len(out) < count and pos < start + 64 * count + 64:
         batch = space.sample(count, seed, skip=pos)
         for row, k in zip(batch, space.keys(batch), strict=True):
@@ -146,7 +151,7 @@ def select(
     pending: Sequence[dict[str, Any]] = (),
     n_observed: int | None = None,
     exclude_keys: Collection[bytes] = (),
-) -> list[Suggestion]:
+) -> list[Suggestion[Prediction]]:
     """``count`` distinct configurations, chosen on the study's adaptive ``state`` (its seed keys
     the warm-up sequence and the draws).
 
@@ -166,12 +171,7 @@ def select(
     sign = sign_of(direction)
     seed = state.seed
     rng = np.random.default_rng([seed, asked, 11])
-    pend_unit = space.to_unit(list(pending)) if pending else np.empty((0, space.dim))
-    pend_keys = space.keys(pend_unit) if pending else []
-    busy_keys = set(pend_keys)
-    if exclude:
-        busy_keys.update(space.keys(space.to_unit(list(exclude))))
-    busy_keys.update(exclude_keys)
+    pend_unit, pend_keys, busy_keys = _busy(space, pending, exclude, exclude_keys)
     n_obs = snapshot.n_obs if n_observed is None and snapshot is not None else (n_observed or 0)
     if snapshot is None or not config.warmed_up(n_obs, snapshot.meta.get("rank_p")):
         if snapshot is not None:
@@ -193,24 +193,11 @@ def select(
     score, acquisition, kind = _scoring(snapshot, config, view, heads, log_pf, raw_search, rng,
                                         np.random.default_rng([seed, asked, 17]))
 
-    rows: list[int] = []
-    preds: list[Prediction] = []
-    for _ in range(count):
-        if not alive.any():
-            break
-        if kind.mo is not None and kind.mo.kind == "parego":  # ParEGO: a fresh scalarisation for every choice
-            kind.mo.weights = multi.simplex_weights(kind.mo.m, rng)
-        sc = view.scores(score, acquisition)
-        idx = np.flatnonzero(alive)
-        row = int(idx[np.argmin(sc[idx])])
-        rows.append(row)
-        # the prediction is the calibrated one: the running points' outcomes are not known
-        preds.append(_prediction(snapshot, row, Q, alphas, sign, kind.name, sc[row], heads, log_pf))
-        alive[row] = False
-        if len(rows) < count:  # the next choice of the batch is conditioned on this one
-            view.add([row])
+    rows, scores = _choose(view, score, acquisition, kind, alive, count, rng)
     params = space.from_unit(snapshot.candidates[rows]) if rows else []
-    out = [Suggestion(p, pred) for p, pred in zip(params, preds, strict=True)]
+    # the prediction is the calibrated one: the running points' outcomes are not known
+    out = [Suggestion(p, _prediction(snapshot, row, Q, alphas, sign, kind.name, sc, heads, log_pf))
+           for p, row, sc in zip(params, rows, scores, strict=True)]
     if len(out) < count:
         # The snapshot's candidates are used up (a crowd asked faster than fits land): the rest
         # comes from the study's quasi-random sequence, without a prediction, rather than nothing.
@@ -220,11 +207,64 @@ def select(
     return out
 
 
+def queued_first(space: SearchSpace, queued: Sequence[dict[str, Any]], chosen: Sequence[Suggestion[Prediction]],
+                 rng: np.random.Generator) -> list[Suggestion[Prediction]]:
+    """Enqueued configurations handed out first, in the order enqueued, then the rest of ``chosen``
+    (what the select chose for the ask): a complete one as it is; a partial one completed from the
+    next chosen configuration, or by uniform draws where none is left (``SearchSpace.fill``),
+    without a prediction (it was not chosen on one). Every home hands its queue out so (the service,
+    ``Optimizer``)."""
+    donors = iter(chosen)
+    out: list[Suggestion[Prediction]] = []
+    for q in queued:
+        if space.complete(q):
+            out.append(Suggestion(dict(q), None))
+        else:
+            donor = next(donors, None)
+            out.append(Suggestion(space.fill(q, donor.params if donor is not None else {}, rng), None))
+    return out + list(donors)
+
+
+def _busy(space: SearchSpace, pending: Sequence[dict[str, Any]], exclude: Sequence[dict[str, Any]],
+          exclude_keys: Collection[bytes]) -> tuple[np.ndarray, list[bytes], set[bytes]]:
+    """The running configurations (unit rows, keys) and every key a suggestion must not have."""
+    pend_unit = space.to_unit(list(pending)) if pending else np.empty((0, space.dim))
+    pend_keys = space.keys(pend_unit) if pending else []
+    busy_keys = set(pend_keys)
+    if exclude:
+        busy_keys.update(space.keys(space.to_unit(list(exclude))))
+    busy_keys.update(exclude_keys)
+    return pend_unit, pend_keys, busy_keys
+
+
+def _choose(view: crowd.Crowd, score: Any, acquisition: str, kind: _Kind, alive: np.ndarray, count: int,
+            rng: np.random.Generator) -> tuple[list[int], list[float]]:
+    """The batch: up to ``count`` alive candidate rows, each the best scored given the ones before it
+    (added to the crowd's view), with the score it was chosen on."""
+    rows: list[int] = []
+    scores: list[float] = []
+    for _ in range(count):
+        if not alive.any():
+            break
+        if kind.mo is not None and kind.mo.kind == "parego":  # ParEGO: a fresh scalarisation for every choice
+            kind.mo.weights = multi.simplex_weights(kind.mo.m, rng)
+        sc = view.scores(score, acquisition)
+        idx = np.flatnonzero(alive)
+        row = int(idx[np.argmin(sc[idx])])
+        rows.append(row)
+        scores.append(sc[row])
+        alive[row] = False
+        if len(rows) < count:  # the next choice of the batch is conditioned on this one
+            view.add([row])
+    return rows, scores
+
+
 def _index(snapshot: Snapshot) -> dict[bytes, int]:
     """Candidate key -> row, computed once per snapshot (kept in its cache)."""
-    if "index" not in snapshot.cache:
-        snapshot.cache["index"] = {k: i for i, k in enumerate(snapshot.candidate_keys())}
-    return snapshot.cache["index"]
+    index: dict[bytes, int] | None = snapshot.cache.get("index")
+    if index is None:
+        index = snapshot.cache["index"] = {k: i for i, k in enumerate(snapshot.candidate_keys())}
+    return index
 
 
 def _alive(snapshot: Snapshot, index: dict[bytes, int], busy_keys: set[bytes]) -> np.ndarray:
@@ -296,6 +336,7 @@ def _scoring(snapshot: Snapshot, config: EngineConfig, view: crowd.Crowd,
                                 snapshot.heads[i].signal) for i in objective]
         warps = [Warp.from_dict(snapshot.meta.get("warp"))] + [Warp.from_dict(snapshot.heads[i].warp)
                                                               for i in objective]
+        assert snapshot.observed_y is not None and snapshot.observed_ok is not None  # kept by every multi-objective fit
         mo = MultiScore(config, [sign_of(d) for d in dirs], snapshot.observed_y, snapshot.observed_ok, warps,
                         snapshot.levels, mo_rng)
         acquisition = "logei"  # -log of an expected improvement: how crowd penalties and feasibility combine

@@ -48,7 +48,7 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import optuna
@@ -62,10 +62,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from calibo.engine import EngineConfig, Prediction, SearchSpace, StudyState, fit, select
 from calibo.engine.errors import FieldError
+from calibo.engine.fit import FitCache
 from calibo.engine.limits import MAX_FEATURES, MAX_PARAMS, SETTING_RANGES
 from calibo.engine.multi import resolve as resolve_multi
 from calibo.engine.outcomes import check_directions
-from calibo.engine.retune import Tuned
 
 from ._space import Encoding, LearnedSpace, learn_space, signature
 
@@ -236,7 +236,8 @@ class CaliboSampler(BaseSampler):
         if not isinstance(learn_failures, bool):
             raise ValueError(f"learn_failures must be True or False, got {learn_failures!r}")
         self._learn_failures = learn_failures
-        over = {k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition)) if v is not None}
+        over: dict[str, Any] = {k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition))
+                                if v is not None}
         self.config = replace(EngineConfig.from_dict(settings), **over)
         self._seed = int(np.random.SeedSequence(seed).generate_state(1)[0]) if seed is None else int(seed)
         self._independent = independent_sampler or optuna.samplers.RandomSampler(seed=seed)
@@ -255,7 +256,7 @@ class CaliboSampler(BaseSampler):
             self._remote = RemoteBackend(url, token, study_name, seed, {
                 "surrogate": surrogate, "acquisition": acquisition, "settings": settings_sent or None,
                 "learn_failures": None if learn_failures else False})
-        self._fits: dict[tuple[int, str], tuple[tuple, Any]] = {}  # (study, space) -> (observed key, Snapshot)
+        self._fits: dict[tuple[int, str], FitCache] = {}  # (study, space) -> its snapshot, kept while observed
         self._adapted: dict[tuple, tuple[list[int], StudyState | None]] = {}  # replayed states per study + space
         # (storage, study, trial, key) -> what was kept for the trial (``_put``): this process's own, and
         # what it read back of the others' (read once; None kept only where it is final)
@@ -436,15 +437,10 @@ class CaliboSampler(BaseSampler):
         they do not change."""
         observed = (tuple((json.dumps(p, sort_keys=True), json.dumps(v)) for p, v in observations),
                     json.dumps(constraints), tuple(json.dumps(p, sort_keys=True) for p in failed or ()))
-        cached = self._fits.get(key)
-        if cached is not None and cached[0] == observed:
-            return cached[1]
         config = self.config.for_objectives(len(directions))
-        snap = fit(observations, space, config, directions[0], self._seed, pending=pending,
-                   constraints=constraints, directions=directions if len(directions) > 1 else None,
-                   failed=failed or (), tuned=Tuned.of(cached[1].meta) if cached is not None else None)
-        self._fits[key] = (observed, snap)
-        return snap
+        return self._fits.setdefault(key, FitCache()).get(observed, lambda tuned: fit(
+            observations, space, config, directions[0], self._seed, pending=pending, constraints=constraints,
+            directions=directions if len(directions) > 1 else None, failed=failed or (), tuned=tuned))
 
     def _states(self, study: Study, key: tuple[int, str], enc: Encoding, complete: list[FrozenTrial],
                 constraint_keys: list[str] | None = None, m: int = 1,
@@ -475,8 +471,8 @@ class CaliboSampler(BaseSampler):
             except FieldError:
                 same = False
             if same:
-                values = [float(v) for v in t.values] if m > 1 else float(t.value)
-                cons = [float(t.constraints[k]) for k in constraint_keys] if n_cons else None
+                values = [float(v) for v in t.values] if m > 1 else float(cast(float, t.value))
+                cons = [float(t.constraints[k]) for k in constraint_keys or ()] if n_cons else None
                 state, _ = state.adapt(_unpack(stored["prediction"]), values, cons)
         self._adapted[cache_key] = (numbers, state)
         return state

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from calibo.engine import StudyState, select
+from calibo.engine.select import queued_first
 
 from ..errors import Conflict
 from ..storage import StudyTx, TrialRow, now
@@ -72,16 +73,11 @@ class AskSteps(StudySteps):
             )
         specs: list[dict[str, Any]] = []  # the storage's new-trial specs (StudyTx.add_trials, assign)
         rows: list[dict[str, Any]] = []
-        rng = state.fill_rng(st.next_number)
-        donors = iter(suggestions)
-        for t in waiting:  # enqueued trials first, in order
-            params = t.params if sd.space.complete(t.params) else None
-            if params is None:
-                donor = next(donors, None)
-                params = sd.space.fill(t.params, donor.params if donor is not None else {}, rng)
-            specs.append({"params": params, "ukey": sd.space.key(params).hex(), "prediction": None,
+        handed = queued_first(sd.space, [t.params for t in waiting], suggestions, state.fill_rng(st.next_number))
+        for t, q in zip(waiting, handed[:len(waiting)], strict=True):  # enqueued trials first, in order
+            specs.append({"params": q.params, "ukey": sd.space.key(q.params).hex(), "prediction": None,
                           "points": None, "snapshot_version": None, "trial": t})
-        for s in donors:
+        for s in handed[len(waiting):]:
             pred, points = s.prediction.to_storage() if s.prediction is not None else (None, None)
             specs.append({"params": s.params, "ukey": sd.space.key(s.params).hex(), "prediction": pred,
                           "points": points, "snapshot_version": st.snapshot_version if pred is not None else None,
