@@ -7,6 +7,7 @@ import gc
 import math
 import sys
 import time
+from typing import Any
 
 # what `pip install calibo` (the client alone) lacks for the server commands
 SERVER_MODULES = {"fastapi", "uvicorn", "pydantic", "pydantic_settings", "sqlalchemy", "alembic", "psycopg",
@@ -17,6 +18,17 @@ def _branin(p: dict) -> float:
     x1, x2 = p["x1"], p["x2"]
     b, c, t = 5.1 / (4 * math.pi**2), 5 / math.pi, 1 / (8 * math.pi)
     return (x2 - b * x1**2 + c * x1 - 6) ** 2 + 10 * (1 - t) * math.cos(x1) + 10
+
+
+def _at_least_one(text: str) -> int:
+    """A count of trials: an integer of at least 1 (argparse's error otherwise)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -32,6 +44,8 @@ def demo(args: argparse.Namespace) -> int:
         s = opt.ask()[0]
         value = _branin(s.params)
         opt.tell(s.params, value)
+        best = opt.best
+        assert best is not None  # a finite value was just told
         pred = s.prediction
         iv = ""
         if pred is not None:
@@ -40,19 +54,22 @@ def demo(args: argparse.Namespace) -> int:
             inside = "in " if (lo is None or lo <= value) and (hi is None or value <= hi) else "OUT"
             ends = ("    -inf" if lo is None else f"{lo:8.3f}", "     inf" if hi is None else f"{hi:8.3f}")
             iv = f"  {int(wide['coverage'] * 100)}% [{ends[0]}, {ends[1]}] {inside} ({pred['method']})"
-        print(f"{i + 1:4d}  value {value:9.4f}  best {opt.best[1]:8.4f}{iv}")
+        print(f"{i + 1:4d}  value {value:9.4f}  best {best[1]:8.4f}{iv}")
     dt = time.perf_counter() - t0
-    print(f"best {opt.best[1]:.6f} at {opt.best[0]}; {1000 * dt / args.trials:.1f} ms per trial")
+    best = opt.best
+    assert best is not None  # --trials is at least 1: a trial was told
+    print(f"best {best[1]:.6f} at {best[0]}; {1000 * dt / args.trials:.1f} ms per trial")
     return 0
 
 
 def _settings(args: argparse.Namespace):
     from calibo.server.config import Settings
 
-    over = {k: v for k, v in (("database_url", getattr(args, "database_url", None)),
-                              ("workers", getattr(args, "workers", None)),
-                              ("log_level", getattr(args, "log_level", None)),
-                              ("access_log", getattr(args, "access_log", False) or None)) if v is not None}
+    over: dict[str, Any] = {k: v for k, v in (("database_url", getattr(args, "database_url", None)),
+                                              ("workers", getattr(args, "workers", None)),
+                                              ("log_level", getattr(args, "log_level", None)),
+                                              ("access_log", getattr(args, "access_log", False) or None))
+                            if v is not None}
     return Settings(**over)
 
 
@@ -188,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=katib)
 
     p = sub.add_parser("demo", help="run the in-process optimizer on Branin")
-    p.add_argument("--trials", type=int, default=60)
+    p.add_argument("--trials", type=_at_least_one, default=60)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--surrogate", default=None)
     p.set_defaults(func=demo)
