@@ -294,7 +294,8 @@ class Client:
         out: list[dict[str, Any]] = []
         for lo, rows in add_chunks(trials, chunk):
             try:
-                out += self._run(api.add_trials(view["id"], rows))
+                added = self._run(api.add_trials(view["id"], rows))
+                out += added
             except CaliboError as e:
                 raise resumable(e, lo, out) from None
         return out
@@ -357,76 +358,35 @@ class Client:
     ) -> list[TrialView]:
         """Evaluate trials of ``study`` with ``n_workers`` threads, with Optuna's ``optimize`` arguments.
 
-        ``n_trials`` trials (None: no limit) in this call; ``timeout`` seconds
-        (None: no limit): no trial starts once they have passed, the running ones
-        finish and are told; with neither, the run goes on until ``study.stop()``,
-        Ctrl-C or SIGTERM. ``n_jobs`` is Optuna's name for ``n_workers`` (-1: one
-        per CPU). ``callbacks``: a list, each called ``callback(study, trial)``
-        (``study`` when it is a :class:`~calibo.Study`, else a handle on its id
-        whose ``refresh()`` reads the view; and the finished trial's
-        :class:`~calibo.TrialRecord`, as Optuna's ``callback(study,
-        frozen_trial)``) after every told trial (complete, failed or pruned), in
-        order, one trial at a time; a callback that raises stops the run as an
-        objective's error does. ``callback(trial_view)`` is the single-callback
-        form (the view as a dict), called before them. ``study.stop()`` (from an
-        objective, ``trial.study.stop()``, or a callback) asks no more trials
-        after the running ones. ``catch``: an exception type or several.
-        ``show_progress_bar``: a tqdm bar on stderr (``pip install
-        'calibo[progress]'``) with the best value so far and the trials per
-        second. ``gc_after_trial``: ``gc.collect()`` after each trial, before the
-        callbacks. The positional order is Optuna's (``n_trials, timeout,
-        n_jobs, catch, callbacks, gc_after_trial, show_progress_bar``);
-        ``n_workers``, ``callback`` and ``heartbeat_interval`` are keywords.
+        The arguments read as Optuna's, in its positional order (``n_trials, timeout, n_jobs, catch,
+        callbacks, gc_after_trial, show_progress_bar``; the reference's "optimize, with Optuna's
+        arguments" has the table): ``n_trials`` trials (None: no limit); ``timeout`` seconds after
+        which no trial starts; with neither, the run goes on until ``study.stop()``, Ctrl-C or
+        SIGTERM. ``n_jobs`` is Optuna's name for ``n_workers`` (-1: one per CPU). ``callbacks`` are
+        called ``callback(study, trial)`` with the finished trial's :class:`~calibo.TrialRecord`
+        after every told trial, in order; ``callback(trial_view)``, keyword only, before them. A
+        callback that raises stops the run as an objective's error does. ``study.stop()`` asks no
+        more trials after the running ones. ``show_progress_bar`` needs ``calibo[progress]``.
 
-        The objective gets a :class:`~calibo.SuggestTrial`: a ``dict`` of the
-        trial's params (``params["x"]``) that also has Optuna's
-        ``trial.suggest_float / suggest_int / suggest_categorical`` (checked
-        against the study's space: a mismatch raises
-        :class:`~calibo.SpaceMismatch`, told failed and raised whatever ``catch``
-        says), ``params``, ``number``, ``report(value, step)``,
-        ``should_prune()`` and ``set_user_attr`` (sent with the tell). The
-        space is the handle's (or the dict view's), or read once the first time
-        a ``suggest_*`` call needs it.
+        Each worker asks one trial, calls ``objective(trial)`` with a :class:`~calibo.SuggestTrial`
+        (the params ``dict`` with Optuna's ``suggest_*``, checked against the study's space: a
+        mismatch raises :class:`~calibo.SpaceMismatch`; ``report``, ``should_prune``,
+        ``set_user_attr``) and tells the number it returns (NaN or infinity: a failed trial).
+        Worker 0 runs in the calling thread; running trials get a heartbeat every
+        ``heartbeat_interval`` seconds (None: never), and every call is retried as the client's
+        are. Returns the finished trial views in the order told.
 
-        Each worker asks one trial, calls ``objective(trial)`` and tells the
-        number it returns (NaN or infinity is told as a failed trial). An
-        exception of a type in ``catch`` is told as a failed trial and the loop
-        goes on; any other is told as failed, stops every worker after its
-        current trial, and is raised. While objectives run, their trials get a
-        heartbeat every ``heartbeat_interval`` seconds (None: never); a trial the
-        server no longer takes heartbeats for (409, e.g. ``trial_expired``, or 404)
-        is still evaluated and told. Asks, tells and heartbeats are retried like
-        any call, so the loop rides out an outage shorter than ``retry_deadline``.
-        ``callback(trial_view)`` runs after each tell. Worker 0 runs in the
-        calling thread. Returns the finished trial views in the order told.
+        No trial is left running: an exception of a type in ``catch`` is told failed and the loop
+        goes on; any other, a value the server refuses (422), Ctrl-C or SIGTERM is told failed with
+        ``user_attrs={"fail_reason": ...}``, stops every worker after its current trial, and is
+        raised (SIGTERM as :class:`~calibo.Terminated`); on a signal the objectives still running
+        are not waited for, the asks and tells in flight are. Signal handlers are installed only
+        while it runs in the main thread, and put back after.
 
-        No trial is left running: every failed trial is told with
-        ``user_attrs={"fail_reason": ...}`` (the exception's type and message,
-        at most 500 characters). A value the server refuses (422: say a tuple in
-        a study with one objective, or a number in a multi-objective one) is
-        told failed with the server's message as the reason, and the
-        :class:`~calibo.InvalidRequest` is raised as any other error. Ctrl-C
-        (KeyboardInterrupt) or SIGTERM stops the run in order: no more asks, the
-        trials whose objectives are still running told failed (``"fail_reason":
-        "KeyboardInterrupt"`` or ``"Terminated: SIGTERM"``) without waiting for
-        them, the asks and tells in flight waited for; then the exception is
-        raised (:class:`~calibo.Terminated`, a ``SystemExit``, for SIGTERM).
-        A signal that comes while the calling thread sends an ask or a tell
-        takes effect once it is answered; a second one at once. Signal handlers
-        are installed only while ``optimize`` runs, only when it runs in the
-        main thread, and the previous ones are put back.
-
-        Pruning: an objective with two positional parameters, ``objective(params,
-        reporter)``, gets a :class:`~calibo.Reporter` for its trial:
-        ``reporter.report(step, value)`` returns the server's ``should_prune``
-        (also kept in ``reporter.should_prune``, the last report in
-        ``reporter.last``). An objective that raises :class:`~calibo.TrialPruned`
-        (whether or not ``catch`` names it) has its trial told
-        ``state="pruned"`` with the last value reported, if any, and the loop
-        goes on; its view (``"state": "pruned"``) is in the results and passed to
-        ``callback`` like any other. An objective that returns normally is told
-        its value, whatever the reports answered. Optuna's ``optuna.TrialPruned``
-        prunes the trial too.
+        Pruning: ``objective(params, reporter)`` (two positional parameters) gets a
+        :class:`~calibo.Reporter`; an objective that raises :class:`~calibo.TrialPruned` (or
+        Optuna's) has its trial told pruned with the last value reported, and the loop goes on.
+        The reference's client page and the remote-workers guide say the rest.
         """
         opts = options(n_trials=n_trials, timeout=timeout, n_workers=n_workers, n_jobs=n_jobs, catch=catch,
                        callback=callback, callbacks=callbacks, show_progress_bar=show_progress_bar,
