@@ -263,7 +263,8 @@ class AsyncClient:
         out: list[dict[str, Any]] = []
         for lo, rows in add_chunks(trials, chunk):
             try:
-                out += await self._run(api.add_trials(view["id"], rows))
+                added = await self._run(api.add_trials(view["id"], rows))
+                out += added
             except CaliboError as e:
                 raise resumable(e, lo, out) from None
         return out

@@ -10,7 +10,7 @@ import sys
 import uuid
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 from urllib.parse import quote
 
 import httpx
@@ -18,12 +18,15 @@ import httpx
 from ._core import Call, Safety, invalid_response, json_object, no_content
 from .models import Trial, TrialRecord
 
+if TYPE_CHECKING:
+    from ._study import AsyncStudy, Study
+
 TRIAL_STATES = ("failed", "pruned")
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 # A study is named by its id (an int, or a string of digits), its name (any other string), its view
 # (a dict with "id"), a Study handle or a ByName; a trial by its id, a Trial or a TrialRecord.
-StudyRef = Any
+StudyRef: TypeAlias = "int | str | dict[str, Any] | Study | AsyncStudy"
 TrialRef = Any
 
 
@@ -244,7 +247,7 @@ def tell_body(
         body["values"] = [_finite(v, "a value") for v in value]
     elif value is not None:
         _not_text(value, "value")
-        number = float(value)  # a bool is the number it stands for, as in Optuna
+        number = float(cast(float, value))  # a bool is the number it stands for, as in Optuna
         if not math.isfinite(number):
             raise ValueError(f"value must be finite, got {number!r}; tell state='failed' instead")
         body["value"] = number

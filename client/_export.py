@@ -173,7 +173,7 @@ def trials_frame(trials: Iterable[TrialRecord], directions: Sequence[str] | None
     trials = sorted(trials, key=lambda t: t.number)
     if not trials:
         return pd.DataFrame()
-    multi = bool(directions) and len(directions) > 1
+    multi = directions is not None and len(directions) > 1
     if multi:
         attrs = tuple("values" if a == "value" else a for a in attrs)
     attrs = tuple(dict.fromkeys(attrs))

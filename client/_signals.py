@@ -27,7 +27,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, cast
 
 from .errors import Terminated
 
@@ -118,7 +118,7 @@ class StopSignals:
         previous = self._previous.get(signum, signal.SIG_DFL)
         exc = _exception_for(signum, previous)
         if exc is None:
-            previous(signum, frame)  # type: ignore[operator]  # a Python handler: callable
+            cast(Callable[[int, FrameType | None], Any], previous)(signum, frame)  # a Python handler: callable
         elif self._cancel is not None and self.raised is None:
             self.raised = exc
             self._cancel()

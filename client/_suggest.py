@@ -14,7 +14,7 @@ import json
 import math
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ._optimize import AsyncReporter, Reporter
 from .models import Trial
@@ -42,7 +42,8 @@ class StudySpace:
     """The study's space for one ``optimize``: known from the study's view, or read once, the
     first time a ``suggest_*`` call needs it (``fetch``). Thread-safe."""
 
-    def __init__(self, space: dict[str, Any] | None, fetch: Callable[[], dict[str, Any]] | None = None) -> None:
+    def __init__(self, space: dict[str, Any] | None,
+                 fetch: Callable[[], dict[str, Any] | None] | None = None) -> None:
         self._space = dict(space) if isinstance(space, dict) else None
         self._fetch = fetch
         self._error: BaseException | None = None
@@ -245,9 +246,9 @@ class AsyncSuggestTrial(SuggestTrial):
 
     __slots__ = ()
 
-    async def report(self, value: float, step: int) -> bool:  # type: ignore[override]
+    async def report(self, value: float, step: int) -> bool:  # type: ignore[override]  # awaited in coroutines
         """Report ``value`` at ``step``; True: the study's pruner says stop."""
         if self._reporter is None:
             raise RuntimeError("this trial has no reporter: it was not made by optimize")
-        report: Callable[[int, float], Awaitable[bool]] = self._reporter.report
+        report: Callable[[int, float], Awaitable[bool]] = cast(AsyncReporter, self._reporter).report
         return bool(await report(step, value))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import _endpoints as api
 from ._endpoints import StudyRef
@@ -140,7 +140,7 @@ def _objective_caller(objective: Objective) -> ObjectiveCall:
     if is_coroutine_callable(objective):
 
         async def awaited(params: Params, reporter: Any) -> Any:
-            return await objective(*arguments(params, reporter))
+            return await cast(Awaitable[Any], objective(*arguments(params, reporter)))
 
         return awaited
 

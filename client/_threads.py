@@ -163,9 +163,9 @@ def _work(loop: _Loop, worker: str, signals: StopSignals) -> None:
         told: Outcome
         try:
             if loop.with_reporter:
-                result = loop.objective(params, reporter)  # type: ignore[call-arg]
+                result = loop.objective(params, reporter)  # type: ignore[call-arg]  # its arity read at start
             else:
-                result = loop.objective(params)  # type: ignore[call-arg]
+                result = loop.objective(params)  # type: ignore[call-arg]  # its arity read at start
             told = outcome(result)
         except BaseException as exc:
             if is_pruned(exc):

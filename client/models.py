@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from . import _reprs
 
@@ -57,7 +57,7 @@ class Trial:
             number=int(data["number"]),
             params=dict(data["params"]),
             prediction=dict(prediction) if isinstance(prediction, dict) else None,
-            study_id=int(data["study_id"] if data.get("study_id") is not None else study_id),
+            study_id=int(cast(int, data["study_id"] if data.get("study_id") is not None else study_id)),
             origin=str(data.get("origin") or "asked"),  # an ask's answer names only the enqueued ones
             user_attrs=dict(data.get("user_attrs") or {}),
         )

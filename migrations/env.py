@@ -36,7 +36,9 @@ def run_online() -> None:
         return
     from calibo.server.storage.db import make_engine
 
-    engine = make_engine(config.get_main_option("sqlalchemy.url"))
+    url = config.get_main_option("sqlalchemy.url")
+    assert url is not None, "alembic.ini sets sqlalchemy.url"
+    engine = make_engine(url)
     try:
         with engine.connect() as conn:
             _run(conn)

@@ -21,7 +21,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CALIBO_", extra="ignore")
 
     database_url: str = Field(
-        "sqlite:///./calibo.db",
+        default="sqlite:///./calibo.db",
         description="SQLAlchemy URL: sqlite:///path.db (default) or postgresql://user@host/db",
     )
     workers: int = Field(
@@ -29,88 +29,94 @@ class Settings(BaseSettings):
         description="fit processes in the local pool; 0 runs fits on a thread of the API process",
     )
     worker_mode: Literal["pool", "queue"] = Field(
-        "pool", description="where refits run: pool (a process pool inside `calibo serve`, the default) or "
+        default="pool", description="where refits run: pool (a process pool inside `calibo serve`, the default) or "
         "queue (a PostgreSQL job queue that `calibo worker` processes take them from: a cluster)",
     )
-    worker_concurrency: int = Field(1, ge=1, le=64, description="fits one `calibo worker` runs at a time")
+    worker_concurrency: int = Field(default=1, ge=1, le=64, description="fits one `calibo worker` runs at a time")
     worker_heartbeat_seconds: float = Field(
-        10.0, gt=0, le=600, description="how often a `calibo worker` says it is alive and looks for stalled jobs")
+        default=10.0, gt=0, le=600,
+        description="how often a `calibo worker` says it is alive and looks for stalled jobs")
     worker_stalled_seconds: float = Field(
-        30.0, gt=0, le=3600, description="a fit job whose worker sent no heartbeat for this long is queued "
+        default=30.0, gt=0, le=3600, description="a fit job whose worker sent no heartbeat for this long is queued "
         "again (its worker died or froze); must exceed worker_heartbeat_seconds",
     )
     worker_alive_file: str = Field(
-        "/tmp/calibo-worker.alive", description="file a `calibo worker` touches every heartbeat; "
+        default="/tmp/calibo-worker.alive", description="file a `calibo worker` touches every heartbeat; "
         "`calibo worker --check` (the container healthcheck) reads it",
     )
     worker_metrics_port: int | None = Field(
-        None, ge=1, le=65535, description="a `calibo worker` serves its fit metrics to Prometheus on this port")
+        default=None, ge=1, le=65535, description="a `calibo worker` serves its fit metrics to Prometheus on this port")
     ask_wait_seconds: float = Field(
-        5.0, ge=0, le=600,
+        default=5.0, ge=0, le=600,
         description="default bound on how long an ask waits for a fit covering the latest tells "
         "(studies override it with settings.ask_wait_seconds)",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="where fits of torch surrogates run: auto (CUDA when torch sees a GPU), cpu, "
+        default="auto", description="where fits of torch surrogates run: auto (CUDA when torch sees a GPU), cpu, "
         "or cuda (the CPU, with the reason logged, when there is none or a CUDA error occurs)",
     )
-    fit_retries: int = Field(3, ge=0, description="retries of a crashed fit before giving up until the next tell")
+    fit_retries: int = Field(default=3, ge=0,
+                             description="retries of a crashed fit before giving up until the next tell")
     api_tokens: str = Field(
-        "", description="comma-separated `token` or `token:role` (role write, the default, or read); "
+        default="", description="comma-separated `token` or `token:role` (role write, the default, or read); "
         "empty disables auth",
     )
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     log_format: Literal["text", "json"] = Field(
-        "text", description="text lines, or JSON lines (one object per line: ts, level, logger, message, "
+        default="text", description="text lines, or JSON lines (one object per line: ts, level, logger, message, "
         "request_id and the line's fields)")
-    access_log: bool = Field(False, description="one log line per request: method, path, status, duration, request id")
-    snapshot_cache: int = Field(64, ge=1, description="snapshots kept deserialised in memory")
-    study_cache: int = Field(1024, ge=1, description="studies whose parsed definitions and finished trials' keys "
-                             "are kept in memory (the most recently used)")
-    migrate: bool = Field(True, description="run `alembic upgrade head` when the app starts")
+    access_log: bool = Field(default=False,
+                             description="one log line per request: method, path, status, duration, request id")
+    snapshot_cache: int = Field(default=64, ge=1, description="snapshots kept deserialised in memory")
+    study_cache: int = Field(default=1024, ge=1, description="studies whose parsed definitions and finished trials' "
+                             "keys are kept in memory (the most recently used)")
+    migrate: bool = Field(default=True, description="run `alembic upgrade head` when the app starts")
     heartbeat_timeout_seconds: float = Field(
-        1800.0, ge=1, le=7 * 86400,
+        default=1800.0, ge=1, le=7 * 86400,
         description="a running trial silent (no heartbeat) for longer is failed by the reaper, unless its "
         "study sets its own settings.heartbeat_timeout_seconds; a late tell of it is still recorded",
     )
-    reaper_interval_seconds: float = Field(30.0, gt=0, le=3600, description="how often the reaper looks")
-    max_body_bytes: int = Field(1_048_576, ge=1024, le=64 * 1_048_576,
+    reaper_interval_seconds: float = Field(default=30.0, gt=0, le=3600, description="how often the reaper looks")
+    max_body_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576,
                                 description="largest request body accepted; larger ones answer 413")
     header_timeout_seconds: float = Field(
-        10.0, gt=0, le=600, description="a connection whose request headers are not complete this long "
+        default=10.0, gt=0, le=600, description="a connection whose request headers are not complete this long "
         "after its first byte (or after it opened) is closed",
     )
     body_timeout_seconds: float = Field(
-        30.0, gt=0, le=3600, description="a request whose body is not complete this long after its headers "
+        default=30.0, gt=0, le=3600, description="a request whose body is not complete this long after its headers "
         "answers 408 and the connection is closed",
     )
-    keep_alive_seconds: float = Field(5.0, gt=0, le=600, description="idle keep-alive connections are closed after")
+    keep_alive_seconds: float = Field(default=5.0, gt=0, le=600,
+                                      description="idle keep-alive connections are closed after")
     max_connections: int = Field(
-        1000, ge=1, le=100_000, description="open connections (and requests in progress) beyond this answer 503",
+        default=1000, ge=1, le=100_000,
+        description="open connections (and requests in progress) beyond this answer 503",
     )
-    retry_after_seconds: int = Field(1, ge=1, le=600, description="Retry-After of a 503 while the database is down")
+    retry_after_seconds: int = Field(default=1, ge=1, le=600,
+                                     description="Retry-After of a 503 while the database is down")
     db_timeout_seconds: float = Field(
-        5.0, gt=0, le=600, description="connecting to the database gives up after this (then 503)",
+        default=5.0, gt=0, le=600, description="connecting to the database gives up after this (then 503)",
     )
-    docs: bool = Field(True, description="serve /docs, /redoc and /openapi.json (without auth)")
+    docs: bool = Field(default=True, description="serve /docs, /redoc and /openapi.json (without auth)")
     rate_limit: str = Field(
-        "", description="requests to /v1 allowed per token (per client address when auth is off), in the "
+        default="", description="requests to /v1 allowed per token (per client address when auth is off), in the "
         "notation of the limits library: 100/second, or several separated by ';' (20/second;1000/minute); "
         "past it 429 with Retry-After; empty (the default) sets no limit",
     )
     auth_failure_limit: str = Field(
-        "100/minute", description="failed authentications (401) allowed per client address when "
+        default="100/minute", description="failed authentications (401) allowed per client address when "
         "auth is on; past it, until the window allows again, a request from that address with a wrong or "
         "missing token is answered 429 with Retry-After, while one with a valid token is still served; empty "
         "turns the throttle off",
     )
     trusted_proxies: str = Field(
-        "", description="comma-separated IP addresses and CIDR networks of the proxies whose X-Forwarded-For "
+        default="", description="comma-separated IP addresses and CIDR networks of the proxies whose X-Forwarded-For "
         "names the client (for the failed-auth throttle, the per-address rate limit and the access log); "
         "empty (the default): X-Forwarded-For is ignored and the connection's address counts",
     )
     rate_limit_storage: str = Field(
-        "memory://", description="where rate-limit counts live: memory:// (this process) or "
+        default="memory://", description="where rate-limit counts live: memory:// (this process) or "
         "redis://host:6379 (shared by the API replicas that name it); while it is unreachable requests "
         "are not limited (fail-open, logged)",
     )

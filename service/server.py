@@ -73,7 +73,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's own
         super().connection_made(transport)
         self._arm(self.header_timeout)  # a connection that never sends a request
 
@@ -155,6 +155,7 @@ def uvicorn_config(app: Any, settings: Settings, host: str, port: int, **kwargs:
     """
     return uvicorn.Config(
         app, host=host, port=port, http=protocol_for(settings), lifespan="on",
-        timeout_keep_alive=settings.keep_alive_seconds, limit_concurrency=settings.max_connections,
+        timeout_keep_alive=settings.keep_alive_seconds,  # type: ignore[arg-type]  # uvicorn says int; float works
+        limit_concurrency=settings.max_connections,
         proxy_headers=False, **kwargs,
     )

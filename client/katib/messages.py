@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
 
 PACKAGE = "api.v1.beta1"
 SUGGESTION_SERVICE = f"{PACKAGE}.Suggestion"
@@ -134,7 +135,7 @@ _POOL = descriptor_pool.DescriptorPool()
 _POOL.Add(_file())
 
 
-def message_class(path: str) -> type:
+def message_class(path: str) -> type[Message]:
     """The class of message ``path`` (``"Trial"``, ``"TrialSpec.ParameterAssignments"``)."""
     return message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{PACKAGE}.{path}"))
 

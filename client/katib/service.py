@@ -203,6 +203,7 @@ class SuggestionService:
                 continue  # told already (by an earlier request, before a restart too), or not ours
             del running[trial_id]
             tell = outcome(katib, study)
+            assert tell is not None  # the trial has ended
             self._call(self.client.tell, study_id, trial_id, tell.pop("value", None), **tell)
             log.info("told trial %s (%s) of study %s: %s", trial_id, katib.name, study.name,
                      tell.get("state", "complete"))

@@ -7,9 +7,18 @@ import logging
 import os
 import pickle
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .sender import UNUSED, send_tell
+
+if TYPE_CHECKING:
+    import threading
+    from collections import deque
+
+    from .._sync import Client
+    from ..models import Trial
+    from .sender import Sender
+    from .space import TuneSpace
 
 logger = logging.getLogger("calibo.ray")
 
@@ -21,6 +30,32 @@ _PICKLED = {"_metric", "_mode", "_space", "_url", "_study_name", "_study_options
 
 class Checkpoints:
     """Tune's ``save`` / ``restore`` and pickling, for :class:`~calibo.ray.CaliboSearch`."""
+
+    if TYPE_CHECKING:  # CaliboSearch's (and Tune's Searcher's), which this class is mixed into
+        _metric: str | None
+        _mode: str | None
+        _url: str | None
+        _token: str | None
+        _client: Client | None
+        _space: TuneSpace | None
+        _study_id: int | None
+        _study_name: str
+        _max_trials: int | None
+        _max_t: int | None
+        _points: list[dict[str, Any]]
+        _trials: dict[str, int]
+        _queue: deque[Trial]
+        _lock: threading.Condition
+        _sender: Sender
+        _finished: bool
+        _hold: bool
+        stats: dict[str, Any]
+
+        @property
+        def client(self) -> Client: ...
+        def _setup(self) -> None: ...
+        def _adopt(self, view: dict[str, Any]) -> None: ...
+        def _release_locked(self, why: str) -> None: ...
 
     def __getstate__(self) -> dict[str, Any]:
         # no client, token, thread or lock; and not the trials asked ahead: they stay this object's

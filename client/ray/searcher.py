@@ -121,8 +121,9 @@ class CaliboSearch(Checkpoints, Searcher):
         self._client = client
         # chosen now, so that a copy Tune pickled before the run (``Tuner.restore``) finds the same study
         self._study_name = study_name or f"ray-tune-{uuid.uuid4().hex[:10]}"
-        self._study_options = {k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition),
-                                                 ("seed", seed), ("settings", settings)) if v is not None}
+        self._study_options: dict[str, Any] = {
+            k: v for k, v in (("surrogate", surrogate), ("acquisition", acquisition), ("seed", seed),
+                              ("settings", settings)) if v is not None}
         self._batch = batch
         self._max_trials = max_trials
         self._max_t = max_t
@@ -161,8 +162,9 @@ class CaliboSearch(Checkpoints, Searcher):
         self._hold = False  # Tune's num_samples are handed out: no asking ahead (until it asks again)
         self._closed = False
         self._sender = Sender(self._heartbeats, self._heartbeat_interval)
-        self.stats = {"asks": 0, "asked": 0, "suggest_waits": 0, "suggest_wait_s": 0.0, "suggest_none": 0,
-                      "max_in_flight": 0, "unused": 0, "reported": 0, "told": {"complete": 0, "pruned": 0, "failed": 0}}
+        self.stats: dict[str, Any] = {"asks": 0, "asked": 0, "suggest_waits": 0, "suggest_wait_s": 0.0,
+                                      "suggest_none": 0, "max_in_flight": 0, "unused": 0, "reported": 0,
+                                      "told": {"complete": 0, "pruned": 0, "failed": 0}}
         _LIVE.add(self)
 
     # ------------------------------------------------------------ connection and study
@@ -193,13 +195,14 @@ class CaliboSearch(Checkpoints, Searcher):
         with self._creating:
             if self._study_id is None:
                 self._create_study()
+            assert self._study_id is not None  # _create_study set it (by _adopt) or raised
             return self._study_id
 
     def _create_study(self) -> None:
         if self._space is None:
             raise RuntimeError("CaliboSearch has no search space: pass space= or the Tuner's param_space")
         name = self._study_name
-        attrs = {"ray_metric": self._metric, "ray_mode": self._mode}
+        attrs: dict[str, Any] = {"ray_metric": self._metric, "ray_mode": self._mode}
         if self._max_trials is not None:
             attrs["ray_max_trials"] = self._max_trials
         study = self.client.create_study(name, self._space.wire, self._direction(), user_attrs=attrs,
@@ -244,7 +247,7 @@ class CaliboSearch(Checkpoints, Searcher):
         """How many trials are asked for ahead of Tune."""
         return self._batch if self._batch is not None else DEFAULT_BATCH
 
-    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]  # FINISHED is a str
         if not self._metric or not self._mode:
             raise RuntimeError("CaliboSearch needs metric and mode: pass them to it or to tune.TuneConfig")
         with self._lock:
@@ -296,7 +299,7 @@ class CaliboSearch(Checkpoints, Searcher):
                 self._reached = max(self._reached, step)
             if cid is None or trial_id in self._done or not self._report:
                 return
-            value = _finite(result.get(self._metric))
+            value = _finite(result.get(self.metric))
             if value is None or not isinstance(step, int) or step <= self._reported.get(trial_id, -1):
                 return
             self._reported[trial_id] = step
@@ -315,7 +318,7 @@ class CaliboSearch(Checkpoints, Searcher):
             self._done.add(trial_id)
             self._live.discard(trial_id)
             attrs: dict[str, Any] = {"ray_trial_id": trial_id}
-            value = _finite(result.get(self._metric)) if result else None
+            value = _finite(result.get(self.metric)) if result else None
             step = result.get("training_iteration") if result else None
             report = None
             if error:
@@ -326,7 +329,7 @@ class CaliboSearch(Checkpoints, Searcher):
                 attrs["fail_reason"] = "stopped before it reported"
             elif value is None:
                 state = "failed"
-                raw = result.get(self._metric)
+                raw = result.get(self.metric)
                 attrs["fail_reason"] = (f"no finite {self._metric!r} in its result"
                                         + (f" ({raw!r})" if raw is not None else ""))
             elif isinstance(step, int) and step > self._last_iter.get(trial_id, 0):

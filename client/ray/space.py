@@ -173,7 +173,7 @@ def _param(path: tuple[Any, ...], domain: Domain) -> _Param:
     if isinstance(domain, Float):
         if domain.lower is None or domain.upper is None:
             raise ValueError(f"parameter {name!r}: a float without bounds")
-        wire = {"type": "float", "low": float(domain.lower), "high": float(domain.upper), "log": log}
+        wire: dict[str, Any] = {"type": "float", "low": float(domain.lower), "high": float(domain.upper), "log": log}
         return _Param(path, wire, q=float(q) if q else None)
     if isinstance(domain, Integer):
         # Tune's randint / lograndint exclude the upper bound; quantized ones (q > 1) include it

@@ -37,7 +37,9 @@ def upgrade() -> None:
     if bind.execute(sa.text("SELECT to_regclass('procrastinate_jobs')")).scalar() is not None:
         return
     # the raw driver connection: no parameters, so psycopg leaves the schema's % signs alone
-    bind.connection.driver_connection.execute(SchemaManager.get_schema())
+    driver = bind.connection.driver_connection
+    assert driver is not None  # a live connection's
+    driver.execute(SchemaManager.get_schema())
 
 
 def downgrade() -> None:

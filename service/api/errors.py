@@ -68,7 +68,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, e: RequestValidationError) -> JSONResponse:
         errs = e.errors()
-        first = errs[0] if errs else {"loc": (), "msg": "invalid request", "type": ""}
+        first: dict[str, Any] = errs[0] if errs else {"loc": (), "msg": "invalid request", "type": ""}
         if first.get("type") == "json_invalid":
             return error_response(400, "malformed_json", f"the body is not valid JSON: {first.get('msg')}",
                                   "body")

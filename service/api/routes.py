@@ -17,6 +17,7 @@ from fastapi.security import HTTPBearer
 from .. import finite
 from ..studies import StudyService, trial_view
 from ..studies import attrs as study_attrs
+from ..studies import views as V
 from . import schemas as S
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -87,7 +88,7 @@ AUTH_DOC = Security(bearer)
 @router.post("/studies", status_code=201, response_model=S.StudyView, tags=["studies"],
              summary="Create a study (idempotent: an identical definition answers 200)",
              responses={200: {"model": S.StudyView, "description": "the identical study already exists"}})
-def create_study(body: S.StudyCreate, response: Response, svc: Svc) -> dict[str, Any]:
+def create_study(body: S.StudyCreate, response: Response, svc: Svc) -> V.StudyView:
     info, created = svc.create(body.name, body.plain_space(), body.direction, body.surrogate, body.acquisition,
                                body.seed, body.plain_settings(), body.plain_pruner(), body.constraints,
                                body.user_attrs, body.directions, body.learn_failures)
@@ -110,7 +111,7 @@ def list_studies(
 
 @router.get("/studies/{study}", response_model=S.StudyView, tags=["studies"],
             summary="A study: definition, trial counts, best trial, surrogate and adaptive state")
-def get_study(study: StudyRef, svc: Svc, by: By = None) -> dict[str, Any]:
+def get_study(study: StudyRef, svc: Svc, by: By = None) -> V.StudyView:
     return svc.view(svc.storage.get_study(_resolve(svc, study, by)))
 
 
@@ -125,7 +126,7 @@ def delete_study(study: StudyRef, svc: Svc, by: By = None) -> Response:
              description="The copies keep their values, constraints and attributes (origin `copied`) and "
              "feed the new study's first fit; they have no prediction, so its calibration starts fresh. "
              "409 `name_conflict` when the name exists.")
-def copy_study(study: StudyRef, body: S.CopyRequest, svc: Svc, by: By = None) -> dict[str, Any]:
+def copy_study(study: StudyRef, body: S.CopyRequest, svc: Svc, by: By = None) -> V.StudyView:
     info, _ = svc.copy(_resolve(svc, study, by), body.name, body.user_attrs)
     return svc.view(info)
 
@@ -152,7 +153,7 @@ def change_study_attrs(study: StudyRef, body: S.StudyAttrsChange, svc: Svc, by: 
               "flight and is one transaction; the surrogate is refitted on the new space (until then asks draw "
               "from the study's quasi-random sequence, or wait for the refit as any ask does). The same change "
               "again changes nothing. Answers the study view.")
-def grow_space(study: StudyRef, body: S.SpaceGrowth, svc: Svc, by: By = None) -> dict[str, Any]:
+def grow_space(study: StudyRef, body: S.SpaceGrowth, svc: Svc, by: By = None) -> V.StudyView:
     info, _ = svc.grow_space(_resolve(svc, study, by), body.plain_space())
     return svc.view(info)
 
@@ -162,7 +163,7 @@ def grow_space(study: StudyRef, body: S.SpaceGrowth, svc: Svc, by: By = None) ->
             description="The non-dominated completed trials (feasible ones only, when the study has constraints), "
             "the hypervolume they dominate up to the reference point, and the hypervolume after each completed "
             "trial. 409 `not_multi_objective` for a study with one objective.")
-def get_pareto(study: StudyRef, svc: Svc, by: By = None) -> dict[str, Any]:
+def get_pareto(study: StudyRef, svc: Svc, by: By = None) -> V.ParetoView:
     return svc.pareto(_resolve(svc, study, by))
 
 
@@ -173,7 +174,7 @@ def get_pareto(study: StudyRef, svc: Svc, by: By = None) -> dict[str, Any]:
              "these parameter values is answered with 200 instead.",
              responses={200: {"model": S.EnqueuedTrial, "description": "a trial with these values exists"}})
 def enqueue(study: StudyRef, body: S.EnqueueRequest, response: Response, svc: Svc, by: By = None
-            ) -> dict[str, Any]:
+            ) -> V.EnqueuedView:
     trial, created = svc.enqueue(_resolve(svc, study, by), body.params, body.skip_if_exists, body.user_attrs)
     if not created:
         response.status_code = 200
@@ -275,7 +276,7 @@ def list_trials(
 
 @router.get("/studies/{study}/trials/{trial_id}", response_model=S.TrialView, tags=["trials"],
             summary="One trial")
-def get_trial(study: StudyRef, trial_id: TrialId, svc: Svc, by: By = None) -> dict[str, Any]:
+def get_trial(study: StudyRef, trial_id: TrialId, svc: Svc, by: By = None) -> V.TrialView:
     return trial_view(svc.storage.get_trial(_resolve(svc, study, by), trial_id))
 
 
@@ -297,6 +298,7 @@ def curves(
 
 
 @router.get("/studies/{study}/importance", tags=["calibration"], response_class=FiniteJSON,
+            response_model=dict[str, Any],  # not the annotation's TypedDict, which FastAPI would validate by
             summary="Each parameter's importance, from a surrogate fitted on the completed trials",
             description="A first-order functional-ANOVA decomposition of a quantile-GBM surrogate fitted on "
             "the study's completed trials (`objective`: which objective of a multi-objective study): "
@@ -306,11 +308,12 @@ def curves(
             "explains little and the importances describe noise). Cached until the next result. Before 4 completed "
             "trials `importances` is empty and `reason` says why.")
 def importance(study: StudyRef, svc: Svc, by: By = None,
-               objective: Annotated[int, Query(ge=0, le=3, description="objective index")] = 0) -> dict[str, Any]:
+               objective: Annotated[int, Query(ge=0, le=3, description="objective index")] = 0) -> V.ImportanceView:
     return svc.importance(_resolve(svc, study, by), objective)
 
 
 @router.get("/studies/{study}/calibration", tags=["calibration"], response_class=FiniteJSON,
+            response_model=dict[str, Any],  # not the annotation's TypedDict, which FastAPI would validate by
             summary="Prediction at ask vs outcome, coverage, breach rate, width, alpha trajectory",
             description="`trials`: for each completed trial that had a prediction, its intervals "
             "(bounds, null where unbounded; alpha used; covered) and quantiles at ask, and the outcome. "
@@ -319,5 +322,5 @@ def importance(study: StudyRef, svc: Svc, by: By = None,
             "(all predicted trials) and `conformal` (conformalized ones only): coverage, breach rate, "
             "rolling coverage error over windows of 20, mean width of the bounded intervals, share of unbounded "
             "ones, LLR of breaches vs params, RMSCE.")
-def calibration(study: StudyRef, svc: Svc, by: By = None) -> dict[str, Any]:
+def calibration(study: StudyRef, svc: Svc, by: By = None) -> V.CalibrationView:
     return svc.calibration(_resolve(svc, study, by))

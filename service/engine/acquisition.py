@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.special import erfcx, log_ndtr, ndtr, ndtri
 
 ACQUISITIONS = ("logei", "obs", "ts", "its", "ucb", "ei", "pi", "mean")
@@ -69,13 +70,15 @@ def _knots(Q: np.ndarray, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def mean_of(Q: np.ndarray, levels: np.ndarray) -> np.ndarray:
     """Expectation of the piecewise-linear quantile function (trapezoid rule)."""
     q, p = _knots(Q, levels)
-    return ((q[:, 1:] + q[:, :-1]) * 0.5 * np.diff(p)[None, :]).sum(axis=1)
+    mean: NDArray[np.float64] = ((q[:, 1:] + q[:, :-1]) * 0.5 * np.diff(p)[None, :]).sum(axis=1)
+    return mean
 
 
 def median(Q: np.ndarray) -> np.ndarray:
     """The median of each row of quantiles on a symmetric level grid (the innermost pair's midpoint)."""
     L = Q.shape[1]
-    return 0.5 * (Q[:, L // 2 - 1] + Q[:, L // 2])
+    mid: NDArray[np.float64] = 0.5 * (Q[:, L // 2 - 1] + Q[:, L // 2])
+    return mid
 
 
 def ucb(Q: np.ndarray, levels: np.ndarray) -> np.ndarray:
@@ -84,7 +87,8 @@ def ucb(Q: np.ndarray, levels: np.ndarray) -> np.ndarray:
 
 def ts(Q: np.ndarray, levels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     j = rng.integers(0, Q.shape[1], Q.shape[0])
-    return Q[np.arange(Q.shape[0]), j]
+    draw: NDArray[np.float64] = Q[np.arange(Q.shape[0]), j]
+    return draw
 
 
 def its(Q: np.ndarray, levels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -94,11 +98,13 @@ def its(Q: np.ndarray, levels: np.ndarray, rng: np.random.Generator) -> np.ndarr
     k = np.clip(np.searchsorted(p, u, side="right") - 1, 0, p.size - 2)  # segment of each draw
     rows = np.arange(Q.shape[0])
     t = (u - p[k]) / (p[k + 1] - p[k])
-    return q[rows, k] + t * (q[rows, k + 1] - q[rows, k])
+    draw: NDArray[np.float64] = q[rows, k] + t * (q[rows, k + 1] - q[rows, k])
+    return draw
 
 
 def obs(Q: np.ndarray, levels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    return np.minimum(mean_of(Q, levels), ts(Q, levels, rng))
+    score: NDArray[np.float64] = np.minimum(mean_of(Q, levels), ts(Q, levels, rng))
+    return score
 
 
 def ei(Q: np.ndarray, levels: np.ndarray, best: float) -> np.ndarray:
@@ -111,7 +117,8 @@ def ei(Q: np.ndarray, levels: np.ndarray, best: float) -> np.ndarray:
     full = best >= b  # whole segment improves: best - mean
     part = (best > a) & ~full  # partly: (best - a)^2 / (2 width)
     gain = np.where(full, best - (a + b) / 2.0, np.where(part, (best - a) ** 2 / (2.0 * width), 0.0))
-    return -(gain * mass).sum(axis=1)
+    score: NDArray[np.float64] = -(gain * mass).sum(axis=1)
+    return score
 
 
 def pi(Q: np.ndarray, levels: np.ndarray, best: float) -> np.ndarray:
@@ -122,7 +129,8 @@ def pi(Q: np.ndarray, levels: np.ndarray, best: float) -> np.ndarray:
     frac = np.clip((best - a) / width, 0.0, 1.0)
     prob = (frac * np.diff(p)[None, :]).sum(axis=1)
     spread = max(float(np.ptp(Q)), 1e-12)
-    return -prob + 1e-9 * (Q[:, 0] - best) / spread
+    score: NDArray[np.float64] = -prob + 1e-9 * (Q[:, 0] - best) / spread
+    return score
 
 
 _C1 = 0.5 * math.log(2.0 * math.pi)
@@ -190,7 +198,8 @@ def log_ei(Q: np.ndarray, levels: np.ndarray, best: float) -> np.ndarray:
     upper = np.where(best > Q[:, -1], (best - mu_hi) * (ndtr(c) - lv[-1]) + s_hi * pdf, 0.0)
     upper = np.maximum(upper, 0.0)
     with np.errstate(divide="ignore"):
-        return np.logaddexp(np.log(body + upper), log_tail)
+        logei: NDArray[np.float64] = np.logaddexp(np.log(body + upper), log_tail)
+        return logei
 
 
 def log_prob_below(Q: np.ndarray, levels: np.ndarray, t: float) -> np.ndarray:

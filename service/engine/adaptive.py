@@ -24,6 +24,7 @@ function of the state.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,7 +78,8 @@ class DtACIState:
                            ("window", str(self.window)))
 
     @classmethod
-    def new(cls, target: float, gammas=DEFAULT_GAMMAS, window: int = 50, seed: int = 0) -> DtACIState:
+    def new(cls, target: float, gammas: Sequence[float] = DEFAULT_GAMMAS, window: int = 50,
+            seed: int = 0) -> DtACIState:
         k = len(gammas)
         return cls(target, target, [target] * k, [1.0 / k] * k, list(gammas), window, seed)
 
@@ -138,7 +140,7 @@ ADAPTERS = ("dtaci", "aci", "none")
 
 
 def new_state(kind: str, target: float, *, gamma: float = 0.01, seed: int = 0,
-              window: int = 50, gammas=DEFAULT_GAMMAS) -> AdaptiveState:
+              window: int = 50, gammas: Sequence[float] = DEFAULT_GAMMAS) -> AdaptiveState:
     if kind == "aci":
         return ACIState(target, target, gamma)
     if kind == "dtaci":
@@ -159,8 +161,8 @@ def state_to_dict(s: AdaptiveState) -> dict[str, Any]:
 
 def state_from_dict(d: dict[str, Any]) -> AdaptiveState:
     d = dict(d)
-    kind = d.get("kind")
-    cls = {"aci": ACIState, "dtaci": DtACIState, "none": FixedState}.get(kind)
+    kind: Any = d.get("kind")
+    cls: type[AdaptiveState] | None = {"aci": ACIState, "dtaci": DtACIState, "none": FixedState}.get(kind)
     if cls is None:
         raise ValueError(f"unknown adaptive state kind {kind!r}")
     return cls(**d)

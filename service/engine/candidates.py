@@ -6,7 +6,10 @@ configurations are removed, so a candidate is never an observed configuration.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .space import SearchSpace
 
@@ -110,7 +113,8 @@ def neighbours(space: SearchSpace, x: np.ndarray, step: float | np.ndarray) -> t
     return space.snap(np.vstack(rows)), np.concatenate(owners)
 
 
-def local_search(space: SearchSpace, score, starts: np.ndarray, *, max_iter: int = 20) -> np.ndarray:
+def local_search(space: SearchSpace, score: Callable[[np.ndarray], ArrayLike], starts: np.ndarray, *,
+                 max_iter: int = 20) -> np.ndarray:
     """Greedy coordinate descent of ``score`` (unit rows -> lower-is-better values) from each start.
 
     Each round scores every active start's neighbours in one call and moves each start to its best

@@ -50,10 +50,11 @@ running points and ``N`` candidates with ``F`` features.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.special import erfc, ndtri
 
 from .acquisition import median
@@ -115,13 +116,15 @@ def _matern52(d: np.ndarray) -> np.ndarray:
 
 def _dist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     d2 = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T
-    return np.sqrt(np.maximum(d2, 0.0))
+    dist: NDArray[np.float64] = np.sqrt(np.maximum(d2, 0.0))
+    return dist
 
 
 def _spread(Q: np.ndarray, levels: np.ndarray) -> np.ndarray:
     """Gaussian-equivalent sd from the widest pair of quantiles."""
     z = ndtri(levels)
-    return np.maximum((Q[:, -1] - Q[:, 0]) / (z[-1] - z[0]), 1e-12)
+    sd: NDArray[np.float64] = np.maximum((Q[:, -1] - Q[:, 0]) / (z[-1] - z[0]), 1e-12)
+    return sd
 
 
 class Believer:
@@ -178,11 +181,12 @@ class Believer:
                 self.columns.clear()
             for r, col in zip(new, _matern52(np.sqrt(np.maximum(d2, 0.0))).T, strict=True):
                 cols[r] = self.columns[r] = col
-        return np.stack([cols[r] for r in rows], axis=1)
+        return np.stack([cast(np.ndarray, cols[r]) for r in rows], axis=1)  # every row filled above
 
     def shrink(self) -> np.ndarray:
         """(N,) factor of every candidate's spread after the fantasies."""
-        return np.sqrt((self.left + self.noise) / self.total)
+        factor: NDArray[np.float64] = np.sqrt((self.left + self.noise) / self.total)
+        return factor
 
 
 def _fantasy_shrink(kernel: dict[str, Any], feats: np.ndarray, raw: np.ndarray, run_feats: np.ndarray,
@@ -223,7 +227,9 @@ class Fantasies:
         """Each objective's scored quantiles at the rows ``feats`` (``predicted``: its ``(raw, scored)``
         there), narrowed by the fantasies."""
         def shrink(j: int) -> np.ndarray:
-            return _fantasy_shrink(self.kernels[j], feats, predicted[j][0], self.run_feats, self.run_raw[j],
+            kernel = self.kernels[j]
+            assert kernel is not None  # the first objective's is a GP's; a further one is narrowed only with its own
+            return _fantasy_shrink(kernel, feats, predicted[j][0], self.run_feats, self.run_raw[j],
                                    self.levels)
 
         first = shrink(0)
@@ -234,7 +240,8 @@ class Fantasies:
 def narrow(Q: np.ndarray, factor: np.ndarray) -> np.ndarray:
     """Calibrated quantiles narrowed about their median by ``factor`` (N,)."""
     med = median(Q)[:, None]
-    return med + factor[:, None] * (Q - med)
+    narrowed: NDArray[np.float64] = med + factor[:, None] * (Q - med)
+    return narrowed
 
 
 def believed_best(best: float, Q: np.ndarray, rows: list[int]) -> float:
@@ -258,7 +265,8 @@ def penalty(cand: np.ndarray, Q: np.ndarray, levels: np.ndarray, lipschitz_: flo
     s = _spread(Q[rows], levels)
     d = _dist(cand, cand[rows])  # (N, P)
     z = (lipschitz_ * d - (mu - best)[None, :]) / (math.sqrt(2.0) * s[None, :])
-    return np.prod(0.5 * erfc(-z), axis=1)
+    phi: NDArray[np.float64] = np.prod(0.5 * erfc(-z), axis=1)
+    return phi
 
 
 def penalised_scores(sc: np.ndarray, phi: np.ndarray, acquisition: str) -> np.ndarray:
@@ -272,14 +280,16 @@ def penalised_scores(sc: np.ndarray, phi: np.ndarray, acquisition: str) -> np.nd
 
     if acquisition in LOG_UTILITY:
         with np.errstate(divide="ignore"):
-            return sc - np.log(phi)
+            penalised: NDArray[np.float64] = sc - np.log(phi)
+            return penalised
     u = -sc
     if acquisition in POSITIVE_UTILITY:
         u = np.maximum(u, 0.0) + 1e-12
     else:
         sd = float(np.std(u)) or 1.0
         u = np.logaddexp(0.0, (u - float(np.mean(u))) / sd)
-    return -(u * phi)
+    scores: NDArray[np.float64] = -(u * phi)
+    return scores
 
 
 class Crowd:
@@ -330,6 +340,7 @@ class Crowd:
         """The GP fantasies, built at the first running point (a sequential select never pays for it)."""
         if self._believer is None and self.mode == "believer":
             snapshot, _, kernel = self._make
+            assert kernel is not None  # the mode is "believer" only with a kernel
             self._believer = Believer(kernel, self._features(), snapshot.raw, self.levels,
                                       snapshot.cache.setdefault("columns", {}))
         return self._believer
@@ -338,12 +349,15 @@ class Crowd:
         snapshot, space, _ = self._make
         if "features" not in snapshot.cache:
             snapshot.cache["features"] = space.features(self.cand)
-        return snapshot.cache["features"]
+        feats: NDArray[np.float64] = snapshot.cache["features"]
+        return feats
 
     def shrinks(self) -> list[np.ndarray]:
         """Every objective's spread factor after the fantasies (the first objective's, then each
         further objective's with its own fitted kernel; one without a kernel takes the first's)."""
-        main = self.believer.shrink()
+        believer = self.believer
+        assert believer is not None  # asked in the "believer" mode only
+        main = believer.shrink()
         if self._objective_believers is None:
             snapshot = self._make[0]
             self._objective_believers = [
@@ -361,16 +375,20 @@ class Crowd:
         if not rows:
             return
         if self.mode == "believer":
-            self.believer.add(rows)
+            believer = self.believer
+            assert believer is not None  # the mode is "believer": it is built
+            believer.add(rows)
             for b in self._objective_believers or ():
                 if b is not None:
                     b.add(rows)
 
-    def scores(self, score_fn: Any, acquisition: str) -> np.ndarray:
+    def scores(self, score_fn: Callable[[np.ndarray, float], np.ndarray], acquisition: str) -> np.ndarray:
         """``score_fn(Q, best)`` with the running points accounted for (lower is better)."""
         if not self.rows:
             return score_fn(self.Q, self.best)
         if self.mode == "believer":
-            return score_fn(narrow(self.Q, self.believer.shrink()), believed_best(self.best, self.Q, self.rows))
+            believer = self.believer
+            assert believer is not None  # the mode is "believer": it is built
+            return score_fn(narrow(self.Q, believer.shrink()), believed_best(self.best, self.Q, self.rows))
         phi = penalty(self.cand, self.Q, self.levels, self.lipschitz, self.best, self.rows)
         return penalised_scores(score_fn(self.Q, self.best), phi, acquisition)

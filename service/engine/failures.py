@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 
@@ -90,7 +91,8 @@ def log_success(space: SearchSpace, ok: np.ndarray, failed: np.ndarray, candidat
     return out
 
 
-def _classifier(space: SearchSpace, ok: np.ndarray, failed: np.ndarray, seed: int):
+def _classifier(space: SearchSpace, ok: np.ndarray, failed: np.ndarray,
+                seed: int) -> Callable[[np.ndarray], np.ndarray]:
     """P(success | features): randomised trees, calibrated by isotonic regression on their out-of-fold
     predictions (one model per fold, averaged: sklearn's CalibratedClassifierCV)."""
     from sklearn.calibration import CalibratedClassifierCV

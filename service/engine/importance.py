@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from . import reprs
 from .space import SearchSpace
@@ -158,7 +159,8 @@ def _standardised(y: np.ndarray) -> np.ndarray:
     top = float(np.max(np.abs(y)))
     if top > 0:
         y = np.ldexp(y, -int(np.frexp(top)[1]))
-    return (y - y.mean()) / (y.std() or 1.0)
+    std: NDArray[np.float64] = (y - y.mean()) / (y.std() or 1.0)
+    return std
 
 
 def importance(observations: Sequence[tuple[dict[str, Any], float]], space: SearchSpace, *,
@@ -199,6 +201,7 @@ def importance(observations: Sequence[tuple[dict[str, Any], float]], space: Sear
     r2 = None if oob_n == 0 or not y.std() > 0 else float(1.0 - oob_sq / oob_n)
     if r2 is not None and not np.isfinite(r2):
         r2 = None
+    params: list[dict[str, Any]]
     params = [{"param": p.name, "importance": float(S[0, j]),
                "low": float(min(S[0, j], np.percentile(S[:, j], 10))),
                "high": float(max(S[0, j], np.percentile(S[:, j], 90))),

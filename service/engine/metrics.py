@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 
 def coverage(covered: np.ndarray) -> np.ndarray:
@@ -51,17 +52,19 @@ def trailing_coverage(covered: np.ndarray, window: int = 20) -> np.ndarray:
     cs = np.vstack([np.zeros((1, c.shape[1])), np.cumsum(c, axis=0)])
     t = np.arange(1, c.shape[0] + 1)
     start = np.maximum(t - window, 0)
-    return (cs[t] - cs[start]) / (t - start)[:, None]
+    out: NDArray[np.float64] = (cs[t] - cs[start]) / (t - start)[:, None]
+    return out
 
 
-def rolling_coverage_error(covered: np.ndarray, nominal: Sequence[float], window: int = 20) -> np.ndarray:
+def rolling_coverage_error(covered: np.ndarray, nominal: ArrayLike, window: int = 20) -> np.ndarray:
     c = np.asarray(covered, dtype=float)
-    nominal = np.asarray(nominal, dtype=float)
+    nom = np.asarray(nominal, dtype=float)
     k = c.shape[0] // window
     if k == 0:
-        return np.full(nominal.shape, np.nan)
+        return np.full(nom.shape, np.nan)
     w = c[: k * window].reshape(k, window, -1).mean(axis=1)  # (k, P)
-    return np.abs(w - nominal[None, :]).mean(axis=0)
+    err: NDArray[np.float64] = np.abs(w - nom[None, :]).mean(axis=0)
+    return err
 
 
 def mean_width(widths: np.ndarray) -> np.ndarray:
@@ -99,17 +102,17 @@ def llr_breaches(X: np.ndarray, breached: np.ndarray) -> float:
         model = LogisticRegression(C=1e4, max_iter=2000).fit(X, b)
     p = np.clip(model.predict_proba(X)[:, 1], 1e-12, 1 - 1e-12)
     ll1 = float(np.sum(b * np.log(p) + (1 - b) * np.log(1 - p)))
-    return max(0.0, 2.0 * (ll1 - ll0))
+    return float(max(0.0, 2.0 * (ll1 - ll0)))
 
 
-def rmsce(quantiles: np.ndarray, levels: Sequence[float], y: Sequence[float],
-          weights: Sequence[float] | None = None) -> float:
+def rmsce(quantiles: ArrayLike, levels: ArrayLike, y: ArrayLike,
+          weights: ArrayLike | None = None) -> float:
     q = np.asarray(quantiles, dtype=float)
     lv = np.asarray(levels, dtype=float)
-    y = np.asarray(y, dtype=float)
+    yv = np.asarray(y, dtype=float)
     if q.shape[0] == 0:
         return float("nan")
-    p_hat = (y[:, None] <= q).mean(axis=0)
+    p_hat = (yv[:, None] <= q).mean(axis=0)
     w = np.full(lv.size, 1.0 / lv.size) if weights is None else np.asarray(weights, float)
     return float(np.sqrt(np.sum(w * (lv - p_hat) ** 2)))
 

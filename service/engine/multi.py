@@ -26,6 +26,7 @@ values, normalised by the observed range, so nothing here depends on units).
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.special import ndtri
 
 from .acquisition import median
@@ -128,7 +129,8 @@ def reference_point(Y: np.ndarray) -> np.ndarray:
     Y = np.asarray(Y, dtype=float)
     lo, hi = Y.min(axis=0), Y.max(axis=0)
     span = np.where(hi > lo, hi - lo, np.maximum(np.abs(hi), 1.0))
-    return hi + 0.1 * span
+    point: NDArray[np.float64] = hi + 0.1 * span
+    return point
 
 
 # ------------------------------------------------------------ distributions
@@ -250,22 +252,26 @@ def ehvi(draws: list[np.ndarray], front: np.ndarray, ref: np.ndarray) -> np.ndar
     """(N,) expected hypervolume improvement: ``draws`` holds one (N, S) array per objective (two or
     three)."""
     if len(draws) == 2:
-        return hvi_2d(front, ref, draws[0], draws[1]).mean(axis=1)
+        hvi: NDArray[np.float64] = hvi_2d(front, ref, draws[0], draws[1]).mean(axis=1)
+        return hvi
     if len(draws) == 3:
-        return hvi_3d(front, ref, *draws).mean(axis=1)
+        hvi = hvi_3d(front, ref, *draws).mean(axis=1)
+        return hvi
     raise ValueError("ehvi is exact for two or three objectives; use parego for four")
 
 
 def parego(draws: list[np.ndarray], incumbent: float, weights: np.ndarray) -> np.ndarray:
     """(N,) expected improvement of the augmented Chebyshev scalarisation ``max_i w_i y_i + RHO sum_i
     w_i y_i`` (``chebyshev``) over ``incumbent``, its best observed value (objectives on a common scale)."""
-    return np.maximum(incumbent - chebyshev(np.stack(draws, axis=-1), weights), 0.0).mean(axis=1)
+    ei: NDArray[np.float64] = np.maximum(incumbent - chebyshev(np.stack(draws, axis=-1), weights), 0.0).mean(axis=1)
+    return ei
 
 
 def simplex_weights(m: int, rng: np.random.Generator) -> np.ndarray:
     """Uniform weights on the simplex (ParEGO draws one set per choice)."""
     w = rng.exponential(size=m)
-    return w / w.sum()
+    simplex: NDArray[np.float64] = w / w.sum()
+    return simplex
 
 
 def pareto_ranks(Y: np.ndarray) -> np.ndarray:
@@ -303,12 +309,14 @@ def _gap(med: np.ndarray, front: np.ndarray) -> np.ndarray:
     if front.shape[0] == 0:
         return np.zeros(med.shape[0])
     if front.shape[1] != 2 or not pareto_mask(front).all():
-        return np.maximum(_epsilon(med, front), 0.0)
+        gap: NDArray[np.float64] = np.maximum(_epsilon(med, front), 0.0)
+        return gap
     F = front[np.argsort(front[:, 0], kind="stable")]
     i = np.searchsorted(F[:, 0] - F[:, 1], med[:, 0] - med[:, 1], side="left")
     near = np.clip(i[:, None] + np.array([-1, 0, 1]), 0, F.shape[0] - 1)  # the crossing and its neighbours
     d = np.maximum(med[:, 0, None] - F[near, 0], med[:, 1, None] - F[near, 1])
-    return np.maximum(d.min(axis=1), 0.0)
+    gap = np.maximum(d.min(axis=1), 0.0)
+    return gap
 
 
 def _epsilon(P: np.ndarray, front: np.ndarray) -> np.ndarray:
@@ -396,7 +404,8 @@ RHO = 0.05  # ParEGO's augmentation
 
 def chebyshev(Y: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """The augmented Chebyshev scalarisation of the rows of ``Y`` (n, m)."""
-    return np.max(weights * Y, axis=-1) + RHO * np.sum(weights * Y, axis=-1)
+    scal: NDArray[np.float64] = np.max(weights * Y, axis=-1) + RHO * np.sum(weights * Y, axis=-1)
+    return scal
 
 
 def resolve(kind: str, m: int) -> str:

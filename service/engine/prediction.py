@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -90,7 +90,7 @@ class OutcomePrediction:
         if pts is not None and d.get("shift") == "fcs":  # stored with covariate-shift weights (removed):
             pts = np.asarray(pts, dtype=float)           # (2, P, 2n+1), the sorted points come first
             pts = pts[..., : (pts.shape[-1] - 1) // 2]
-        return cls(d["method"], d["levels"], d["quantiles"], d.get("mean"),
+        return cls(d["method"], d["levels"], d["quantiles"], cast(float, d.get("mean")),
                    [Interval.from_dict(iv) for iv in d["intervals"]], d.get("sign", 1.0), d.get("warp"),
                    None if pts is None else np.asarray(pts, dtype=float))
 
@@ -145,7 +145,8 @@ class Prediction:
         outcomes = [OutcomePrediction.from_dict(o) for o in d["objectives"]] if d.get("objectives") \
             else [OutcomePrediction.from_dict(d)]
         cons = d.get("constraints")
-        return cls(outcomes, d.get("surrogate"), d.get("fitted_on"), d.get("acquisition"), d.get("score"),
+        return cls(outcomes, cast(str, d.get("surrogate")), cast(int, d.get("fitted_on")),
+                   cast(str, d.get("acquisition")), cast(float, d.get("score")),
                    None if cons is None else [OutcomePrediction.from_dict(c) for c in cons], d.get("feasibility"))
 
     def to_storage(self) -> tuple[dict[str, Any], bytes | None]:
@@ -213,7 +214,8 @@ class OutcomeRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> OutcomeRecord:
-        rec = cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+        fields: dict[str, Any] = {k: d.get(k) for k in cls.__dataclass_fields__}
+        rec = cls(**fields)
         for name, unbounded in (("lower", -math.inf), ("upper", math.inf), ("width", math.inf)):
             ends = getattr(rec, name)
             if ends is not None:

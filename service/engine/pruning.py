@@ -57,6 +57,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from scipy.stats import norm
 
 from .errors import FieldError
@@ -166,7 +167,8 @@ def bracket_of(cfg: PrunerConfig, number: int, seed: int) -> int:
 
 def rungs(cfg: PrunerConfig, rate: int) -> list[int]:
     """Rung steps below ``max_resource`` for early-stopping rate ``rate``."""
-    out, k = [], 0
+    out: list[int] = []
+    k = 0
     while True:
         r = cfg.min_resource * cfg.reduction_factor ** (rate + k)
         if r >= cfg.max_resource:
@@ -186,20 +188,20 @@ def _grid(mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
     return np.linspace(float(np.min(mu - 8 * sigma)), float(np.max(mu + 8 * sigma)), GRID)
 
 
-def argmin_probabilities(mu: Sequence[float], sigma: Sequence[float]) -> np.ndarray:
+def argmin_probabilities(mu: ArrayLike, sigma: ArrayLike) -> np.ndarray:
     """``Pr(candidate i has the smallest converged loss)`` for independent ``N(mu_i, sigma_i^2)``."""
-    mu, sigma = np.asarray(mu, float), np.asarray(sigma, float)
-    x = _grid(mu, sigma)
-    z = (x[None, :] - mu[:, None]) / sigma[:, None]
-    pdf = norm.pdf(z) / sigma[:, None]
+    m, sd = np.asarray(mu, float), np.asarray(sigma, float)
+    x = _grid(m, sd)
+    z = (x[None, :] - m[:, None]) / sd[:, None]
+    pdf = norm.pdf(z) / sd[:, None]
     log_sf = norm.logsf(z)
     total = log_sf.sum(axis=0)
-    p = np.trapezoid(pdf * np.exp(total[None, :] - log_sf), x, axis=1)
+    p: NDArray[np.float64] = np.trapezoid(pdf * np.exp(total[None, :] - log_sf), x, axis=1)
     s = p.sum()
-    return p / s if s > 0 else np.full(len(mu), 1.0 / len(mu))
+    return p / s if s > 0 else np.full(len(m), 1.0 / len(m))
 
 
-def confidence_curve(mu: Sequence[float], sigma: Sequence[float]) -> np.ndarray:
+def confidence_curve(mu: ArrayLike, sigma: ArrayLike) -> np.ndarray:
     """eq. 3: ``P_k`` for ``k = 1..n``, candidates sorted by ``mu``: the probability that the best
     converged loss is among the first ``k``."""
     order = np.argsort(mu, kind="stable")
@@ -212,10 +214,11 @@ def _first_is_best(mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
     pdf0 = norm.pdf((x - mu[0]) / sigma[0]) / sigma[0]
     log_sf = norm.logsf((x[None, :] - mu[1:, None]) / sigma[1:, None])
     cum = np.vstack([np.zeros_like(x), np.cumsum(log_sf, axis=0)])
-    return np.trapezoid(pdf0[None, :] * np.exp(cum), x, axis=1)
+    out: NDArray[np.float64] = np.trapezoid(pdf0[None, :] * np.exp(cum), x, axis=1)
+    return out
 
 
-def uq_keep(mu: Sequence[float], sigma: Sequence[float], delta_sigma: float, round_budget: float) -> int:
+def uq_keep(mu: Sequence[float] | np.ndarray, sigma: ArrayLike, delta_sigma: float, round_budget: float) -> int:
     """How many of the candidates to keep (eq. 4-7): the ``k`` maximising
     ``P_k + sum_{j > k} R / (j (j - 1)) * zeta(j)``, with ``zeta(j)`` (eq. 6) the gain in
     ``Pr(the leader is the best of the top j)`` from one more step of training (sigma down by
@@ -285,8 +288,9 @@ def decide(cfg: PrunerConfig, direction: str, trial: int, step: int, curves: Seq
         rate = bracket_of(cfg, trial, seed)
         pool = [c for c in pool if bracket_of(cfg, c.number, seed) == rate]
     values = {c.number: c.at_or_after(rung) for c in pool}
-    numbers = [n for n, v in values.items() if v is not None]
-    mu = np.array([sign * values[n] for n in numbers])
+    known = {n: v for n, v in values.items() if v is not None}
+    numbers = list(known)
+    mu = np.array([sign * known[n] for n in numbers])
     n = len(numbers)
     keep = max(1, n // cfg.reduction_factor)
     if cfg.name.endswith("+") and n > 1:
@@ -296,8 +300,8 @@ def decide(cfg: PrunerConfig, direction: str, trial: int, step: int, curves: Seq
         scale = _safe_scale([v for k in numbers for v in by[k].values.values()])
         uq = _uq_keep_at(cfg, sign * scale, rung, [by[k] for k in numbers], mu * scale, rate)
         keep = n if uq is None else uq
-    rank = int(np.sum(mu < sign * values[trial])) + sum(
-        1 for k, v in zip(numbers, mu, strict=True) if v == sign * values[trial] and k < trial)
+    rank = int(np.sum(mu < sign * known[trial])) + sum(
+        1 for k, v in zip(numbers, mu, strict=True) if v == sign * known[trial] and k < trial)
     return Decision(rank >= keep, rung=rung, competitors=n, kept=keep)
 
 

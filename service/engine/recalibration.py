@@ -40,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.special import ndtr, ndtri
 from sklearn.isotonic import isotonic_regression
 
@@ -106,17 +107,20 @@ class Recalibrator:
         """``R(p)``; at a jump, the upper value (right-continuous, as a CDF)."""
         q = np.clip(np.asarray(p, float), 0.0, 1.0)
         a, b, w, _ = _locate(q, self.u, right=True)
-        return self.r[a] + w * (self.r[b] - self.r[a])
+        val: NDArray[np.float64] = self.r[a] + w * (self.r[b] - self.r[a])
+        return val
 
     def inverse(self, level: np.ndarray) -> np.ndarray:
         """``R^{-1}(level) = inf{u : R(u) >= level}``."""
         a, b, w, _ = _locate(np.clip(np.asarray(level, float), 0.0, 1.0), self.r, right=False)
-        return self.u[a] + w * (self.u[b] - self.u[a])
+        val: NDArray[np.float64] = self.u[a] + w * (self.u[b] - self.u[a])
+        return val
 
     def inverse_sf(self, level: np.ndarray) -> np.ndarray:
         """``1 - R^{-1}(level)``, accurate where ``R^{-1}(level)`` is near 1."""
         a, b, w, _ = _locate(np.clip(np.asarray(level, float), 0.0, 1.0), self.r, right=False)
-        return self.s[a] + w * (self.s[b] - self.s[a])
+        val: NDArray[np.float64] = self.s[a] + w * (self.s[b] - self.s[a])
+        return val
 
     @property
     def is_identity(self) -> bool:
@@ -136,4 +140,5 @@ def gaussian_levels(rec: Recalibrator, levels: np.ndarray) -> np.ndarray:
     u, s = rec.inverse(lv), rec.inverse_sf(lv)
     tiny = np.finfo(float).tiny
     z = np.where(u <= 0.5, ndtri(np.maximum(u, tiny)), -ndtri(np.maximum(s, tiny)))
-    return np.clip(z, -MAX_PROBIT, MAX_PROBIT)
+    capped: NDArray[np.float64] = np.clip(z, -MAX_PROBIT, MAX_PROBIT)
+    return capped

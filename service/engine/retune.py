@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .warp import Warp
 
@@ -122,7 +123,8 @@ def plan(tuned: Tuned | None, surrogate: str, options: dict[str, Any], n: int, m
 
 def _standard(z: np.ndarray) -> np.ndarray:
     sd = float(z.std())
-    return (z - z.mean()) / (sd if sd > 0 else 1.0)
+    std: NDArray[np.float64] = (z - z.mean()) / (sd if sd > 0 else 1.0)
+    return std
 
 
 def warp_moved(tuned: Tuned, warps: Sequence[Warp], values: Sequence[np.ndarray]) -> str | None:

@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 from . import acquisition as acq
 from . import crowd, multi
@@ -77,9 +78,11 @@ def with_feasibility(sc: np.ndarray, log_pf: np.ndarray, acquisition: str, any_f
     if not any_feasible:
         return -log_pf
     if acquisition in acq.LOG_UTILITY:
-        return sc - log_pf
+        score: NDArray[np.float64] = sc - log_pf
+        return score
     if acquisition in acq.POSITIVE_UTILITY:
-        return sc * np.exp(log_pf)
+        score = sc * np.exp(log_pf)
+        return score
     likely = log_pf >= math.log(0.5)
     if not likely.any():
         return -log_pf

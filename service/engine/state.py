@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -74,7 +74,7 @@ class StudyState:
         if prediction is None:
             return self, None
         multi = bool(self.objectives)
-        values = list(value) if multi else [value]
+        values = list(cast(Sequence[float], value)) if multi else [cast(float, value)]  # a list: one per objective
         if len(prediction.outcomes) != len(values):
             return self, None
         moved = [adapt_outcome(s, p, float(v))

@@ -57,6 +57,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from scipy import optimize, stats
 
 TAIL = "yeo-johnson-tail"  # the one-sided transform
@@ -88,7 +89,7 @@ class Warp:
     def one_sided(self) -> bool:
         return self.kind == TAIL
 
-    def forward(self, y: Any) -> np.ndarray:
+    def forward(self, y: ArrayLike) -> np.ndarray:
         y = np.asarray(y, dtype=float)
         if self.squash is not None:
             y = squash(y, *self.squash)
@@ -98,7 +99,7 @@ class Warp:
         z = _yj(x, self.lam)
         return _tail_only(x, z, self.lam) if self.one_sided else z
 
-    def inverse(self, z: Any) -> np.ndarray:
+    def inverse(self, z: ArrayLike) -> np.ndarray:
         """The user-unit value of warped ``z``; beyond about 1e300 it saturates (a quantile a model
         extrapolates that far is shown as that bound, never as infinity)."""
         z = np.asarray(z, dtype=float)
@@ -115,7 +116,8 @@ class Warp:
             y = np.nan_to_num(y, nan=self.loc, posinf=np.inf, neginf=-np.inf)
             if self.squash is not None:
                 y = unsquash(y, *self.squash)
-        return np.clip(np.nan_to_num(y, nan=self.loc, posinf=BIG, neginf=-BIG), -BIG, BIG)
+        out: NDArray[np.float64] = np.clip(np.nan_to_num(y, nan=self.loc, posinf=BIG, neginf=-BIG), -BIG, BIG)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "lam": self.lam, "loc": self.loc, "scale": self.scale}
@@ -200,7 +202,7 @@ def squash_for(y: np.ndarray) -> tuple[float, float] | None:
     return c, 4.0 * quarter if quarter <= _LARGEST / 4.0 else _LARGEST
 
 
-def squash(y: Any, c: float, b: float) -> np.ndarray:
+def squash(y: ArrayLike, c: float, b: float) -> np.ndarray:
     """``sign(y - c) * log1p(|y - c| / b)``, without overflow for any finite ``y``: within +-1500."""
     y = np.asarray(y, dtype=float)
     h = _halfway(y, c)
@@ -211,11 +213,12 @@ def squash(y: Any, c: float, b: float) -> np.ndarray:
     return np.sign(y / 2.0 - c / 2.0) * mag
 
 
-def unsquash(t: Any, c: float, b: float) -> np.ndarray:
+def unsquash(t: ArrayLike, c: float, b: float) -> np.ndarray:
     """The inverse of ``squash``; beyond the floats it is +-infinity (``Warp.inverse`` saturates)."""
     t = np.asarray(t, dtype=float)
     with np.errstate(over="ignore", invalid="ignore"):
-        return c + np.sign(t) * (b * np.expm1(np.abs(t)))
+        y: NDArray[np.float64] = c + np.sign(t) * (b * np.expm1(np.abs(t)))
+        return y
 
 
 def _tail_only(side: np.ndarray, warped: np.ndarray, lam: float) -> np.ndarray:
@@ -235,7 +238,8 @@ def _tail_llf(lam: float, x: np.ndarray) -> float:
         return -np.inf
     pos = x >= 0
     jac = (lam - 1.0) * np.log1p(x[pos]).sum() if lam < 1 else (1.0 - lam) * np.log1p(-x[~pos]).sum()
-    return -0.5 * x.size * np.log(var) + float(jac)
+    llf: float = -0.5 * x.size * np.log(var) + float(jac)  # an np.float64
+    return llf
 
 
 def _yj(x: np.ndarray, lam: float) -> np.ndarray:

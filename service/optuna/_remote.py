@@ -263,12 +263,12 @@ class RemoteBackend:
             if n is not None and attrs.get("optuna_run") == run and t.get("state") in ("complete", "pruned"):
                 held.add(int(n))
         rows = []
-        for t in study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED),
-                                   use_cache=False):
-            owner = t.system_attrs.get(_OWNER)
-            if t.number in held or owner not in (None, self.worker):
+        for ft in study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED),
+                                    use_cache=False):
+            owner = ft.system_attrs.get(_OWNER)
+            if ft.number in held or owner not in (None, self.worker):
                 continue  # on the server already, or another process's to add
-            row = self._row(t, srv.space, t.state, t.values, run)
+            row = self._row(ft, srv.space, ft.state, ft.values, run)
             if row is not None:
                 rows.append(row)
         if rows:

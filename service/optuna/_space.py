@@ -30,7 +30,7 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 from optuna.distributions import (
     BaseDistribution,
@@ -45,6 +45,9 @@ from calibo.engine import SearchSpace
 from calibo.engine.errors import FieldError
 
 __all__ = ["Encoding", "LearnedSpace", "learn_space", "signature"]
+
+# Optuna's distributions: each is one of these three (its deprecated ones subclass them)
+Distribution: TypeAlias = CategoricalDistribution | FloatDistribution | IntDistribution
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ class Encoding:
     def __init__(self, search_space: dict[str, BaseDistribution],
                  conditions: dict[str, tuple[str, list[Any]]] | None = None) -> None:
         self.names = sorted(search_space)
-        self.dists = [search_space[n] for n in self.names]
+        self.dists = [cast(Distribution, search_space[n]) for n in self.names]
         self.conditions = {n: c for n, c in (conditions or {}).items() if n in search_space}
         index = {n: i for i, n in enumerate(self.names)}
         spec: dict[str, dict[str, Any]] = {}
@@ -170,21 +173,23 @@ class Encoding:
 
     @staticmethod
     def _steps(d: FloatDistribution | IntDistribution) -> int:
+        assert d.step is not None  # a stepped one's (_stepped)
         return int(math.floor((d.high - d.low) / d.step + 1e-8))
 
-    def _one(self, d: BaseDistribution, v: Any) -> Any:
+    def _one(self, d: Distribution, v: Any) -> Any:
         """One Optuna value as its calibo value (ValueError/TypeError when it does not fit)."""
         if isinstance(d, CategoricalDistribution):
             return int(d.to_internal_repr(v))
         if self._stepped(d):
+            assert d.step is not None  # a stepped one's
             x = int(round((float(v) - d.low) / d.step))
             if not 0 <= x <= self._steps(d):
                 raise ValueError(v)
             return x
-        x = int(v) if isinstance(d, IntDistribution) else float(v)
-        if not d.low <= x <= d.high:
+        num = int(v) if isinstance(d, IntDistribution) else float(v)
+        if not d.low <= num <= d.high:
             raise ValueError(v)
-        return x
+        return num
 
     def encode(self, params: dict[str, Any]) -> dict[str, Any] | None:
         """A trial's parameters as calibo values (its active ones); None when one is outside its

@@ -8,7 +8,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.samplers import RandomSampler
@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 from calibo.engine.space import Param
 from calibo.engine.space.params import choice_key
 
-from ._space import Encoding
+from ._space import Distribution, Encoding
 
 __all__ = ["Codec", "TrialSeededRandom", "active", "canonical", "json_key", "value_of"]
 
@@ -27,7 +27,7 @@ class Codec:
     """One Optuna distribution as a calibo parameter, and its values both ways."""
 
     def __init__(self, d: BaseDistribution) -> None:
-        self.d = d
+        self.d = cast(Distribution, d)
         self.stepped = Encoding._stepped(d)
 
     def spec(self) -> dict[str, Any]:
@@ -46,6 +46,7 @@ class Codec:
         if isinstance(d, CategoricalDistribution):
             return d.choices[self._index(v)]
         if self.stepped:
+            assert d.step is not None  # a stepped one's
             x = int(round((float(v) - d.low) / d.step))
             if not 0 <= x <= Encoding._steps(d):
                 raise ValueError(v)
@@ -57,19 +58,21 @@ class Codec:
         d = self.d
         if isinstance(d, CategoricalDistribution):
             return d.choices[self._index(x)]
+        v: float
         if isinstance(d, IntDistribution):
             v = int(d.low + int(x) * d.step) if self.stepped else int(x)
         elif self.stepped:
+            assert d.step is not None  # a stepped one's
             v = float(min(d.low + int(x) * d.step, d.high))
         else:
             v = float(min(max(float(x), d.low), d.high))
-        if not d.low <= v <= d.high:  # type: ignore[union-attr]
+        if not d.low <= v <= d.high:
             raise ValueError(x)
         return v
 
     def _index(self, v: Any) -> int:
         key = choice_key(v)
-        for i, c in enumerate(self.d.choices):  # type: ignore[attr-defined]
+        for i, c in enumerate(cast(CategoricalDistribution, self.d).choices):  # called for a categorical one
             if key is not None and choice_key(c) == key:
                 return i
         raise ValueError(v)

@@ -1,9 +1,9 @@
 """Persistence: SQLAlchemy 2.0 models and the only code that writes SQL.
 
 ``models`` (the tables), ``db`` (engines, migrations), ``repo`` (Storage: sessions and the
-per-study lock), ``studies`` / ``trials`` / ``fits`` (Storage's queries by concern), ``tx``
-(StudyTx: one locked transaction on one study), ``info`` (what they hand out, and the rules
-about trials and times).
+per-study lock), ``studies`` / ``trials`` / ``fits`` (Storage's queries by concern, on what
+``sessions`` declares of it), ``tx`` (StudyTx: one locked transaction on one study), ``info``
+(what they hand out, and the rules about trials and times).
 """
 
 from .db import make_engine, upgrade, write_engine

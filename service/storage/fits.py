@@ -9,11 +9,12 @@ from sqlalchemy import delete, select, update
 from ..errors import NotFound
 from .info import FitInputs, blameless, now
 from .models import SnapshotRow, StudyRow, TrialRow
+from .sessions import Sessions
 
 SNAPSHOTS_KEPT = 3  # newest snapshots per study; older ones are deleted when a fit lands
 
 
-class FitQueries:
+class FitQueries(Sessions):
     """:class:`~calibo.server.storage.Storage`'s fit methods, mixed into it (they use its
     ``_read``, ``_write`` and ``locked``)."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from ..errors import Conflict
 from .models import TrialRow
@@ -48,6 +48,14 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+@overload
+def as_utc(t: datetime) -> datetime: ...
+@overload
+def as_utc(t: None) -> None: ...
+@overload
+def as_utc(t: datetime | None) -> datetime | None: ...
+
+
 def as_utc(t: datetime | None) -> datetime | None:
     """SQLite hands back naive datetimes; everything calibo stores is UTC."""
     if t is None:
@@ -87,7 +95,8 @@ class StudyInfo:
 @dataclass
 class FitInputs:
     definition: dict[str, Any]
-    observations: list[tuple[dict[str, Any], float]]  # completed trials, by trial number
+    # completed trials, by trial number: a value each, or a multi-objective study's list of them
+    observations: list[tuple[dict[str, Any], float | list[float]]]
     snapshot_n_obs: int
     running: list[dict[str, Any]] = field(default_factory=list)  # params of the running trials, by number
     constraints: list[list[float]] | None = None  # each observation's constraint values (constrained studies)

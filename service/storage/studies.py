@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from ..errors import Conflict, NotFound
 from .info import Progress, StudyInfo, as_utc, best_trial_of, blameless, now
 from .models import FINISHED_STATES, TRIAL_STATES, IntermediateRow, SnapshotRow, StudyRow, TrialRow
+from .sessions import Sessions
 from .tx import StudyTx
 
 
@@ -29,7 +30,7 @@ def _info(row: StudyRow, counts: dict[str, int]) -> StudyInfo:
     )
 
 
-class StudyQueries:
+class StudyQueries(Sessions):
     """:class:`~calibo.server.storage.Storage`'s study methods, mixed into it (they use its
     ``_read``, ``_write`` and ``locked``)."""
 
@@ -170,7 +171,7 @@ class StudyQueries:
             out = []
             for r in rows:
                 info = _info(r, counts.get(r.id, {}))
-                t = best.get(r.best_trial_id)
+                t = best.get(r.best_trial_id) if r.best_trial_id is not None else None
                 if t is not None:
                     info.best_trial = best_trial_of(t)
                 out.append(info)

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, String, and_, bindparam, exists, func, select, update
+from sqlalchemy import ColumnElement, CursorResult, String, and_, bindparam, exists, func, select, update
 
 from ..errors import NotFound
 from .info import as_utc, not_alive, now
 from .models import FINISHED_STATES, IntermediateRow, StudyRow, TrialRow
+from .sessions import Sessions
 
 
-class TrialQueries:
+class TrialQueries(Sessions):
     """:class:`~calibo.server.storage.Storage`'s trial methods, mixed into it (they use its
     ``_read``, ``_write`` and ``locked``)."""
 
@@ -33,7 +34,8 @@ class TrialQueries:
             q = (select(TrialRow.id, TrialRow.values, TrialRow.constraints)
                  .where(TrialRow.study_id == study_id, TrialRow.state == "complete", TrialRow.values.is_not(None))
                  .order_by(TrialRow.finish_seq, TrialRow.id))
-            return [tuple(r) for r in s.execute(q)]
+            # values is never NULL here (the WHERE)
+            return cast(list[tuple[int, list[float], list[float] | None]], [tuple(r) for r in s.execute(q)])
 
     def trials_by_id(self, study_id: int, ids: Sequence[int]) -> list[TrialRow]:
         """The study's trials with these ids, by number."""
@@ -98,7 +100,7 @@ class TrialQueries:
                             .where(TrialRow.id == trial_id, TrialRow.study_id == study_id,
                                    TrialRow.state == "running", TrialRow.heartbeat_at >= cutoff)
                             .values(heartbeat_at=t0))
-            if res.rowcount:
+            if cast(CursorResult[Any], res).rowcount:  # an UPDATE's result is a CursorResult
                 return
         with self.locked(study_id) as tx:
             t = tx.trial(trial_id)
@@ -159,4 +161,4 @@ class TrialQueries:
                  .join(page, page.c.id == TrialRow.id)
                  .join(IntermediateRow, IntermediateRow.trial_id == TrialRow.id)
                  .order_by(TrialRow.number, IntermediateRow.step))
-            return [tuple(r) for r in s.execute(q)], total
+            return [(tid, number, state, step, value) for tid, number, state, step, value in s.execute(q)], total

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
@@ -50,7 +50,7 @@ class StudyTx:
         """``(key, finish_seq)`` of every trial finished after position ``seq`` (0: all of them)."""
         q = (select(TrialRow.ukey, TrialRow.finish_seq)
              .where(TrialRow.study_id == self.study.id, TrialRow.finish_seq > seq))
-        return [(k, n) for k, n in self.session.execute(q)]
+        return cast(list[tuple[str, int]], [(k, n) for k, n in self.session.execute(q)])  # never NULL: > seq
 
     def snapshot_data(self, version: int) -> bytes | None:
         return self.session.scalar(
@@ -70,6 +70,7 @@ class StudyTx:
         q = select(TrialRow).where(TrialRow.study_id == self.study.id, TrialRow.ask_key.in_(set(keys)))
         out: dict[str, list[TrialRow]] = {}
         for t in sorted(self.session.scalars(q), key=lambda t: t.number):
+            assert t.ask_key is not None  # one of keys
             out.setdefault(t.ask_key, []).append(t)
         return out
 
@@ -95,7 +96,7 @@ class StudyTx:
         q = (select(TrialRow.number, TrialRow.state, IntermediateRow.step, IntermediateRow.value)
              .join(TrialRow, TrialRow.id == IntermediateRow.trial_id)
              .where(IntermediateRow.study_id == self.study.id))
-        return [tuple(r) for r in self.session.execute(q)]
+        return [(number, state, step, value) for number, state, step, value in self.session.execute(q)]
 
     # ---------------------------------------------------------------- writes
     def add_report(self, trial: TrialRow, step: int, value: float, should_prune: bool) -> None:

@@ -17,6 +17,7 @@ from pydantic import (
     StrictStr,
     WithJsonSchema,
 )
+from pydantic.config import JsonDict
 from typing_extensions import TypeAliasType
 
 from calibo.engine.limits import MAX_CHOICE_TEXT, MAX_PARAM_NAME, bad_text
@@ -52,13 +53,18 @@ def _text(v: Any) -> Any:
     return v
 
 
+# a JSON integer's validator, after its bounds: ``Annotated[StrictInt, Field(ge=..., le=...), Integral]``
+# (what ``json_int`` builds, written out where a type checker reads the annotation)
+Integral = BeforeValidator(_integral)
+
+
 def json_int(**bounds: Any) -> Any:
     """A JSON integer within ``bounds`` (ge/le/gt/lt); bounds must come before the validator for the
     JSON Schema to show them as minimum/maximum."""
-    return Annotated[StrictInt, Field(**bounds), BeforeValidator(_integral)]
+    return Annotated[StrictInt, Field(**bounds), Integral]
 
 
-JsonInt = json_int()
+JsonInt = Annotated[StrictInt, Field(), Integral]  # json_int(), as a type alias
 Real = Annotated[StrictFloat, Field(allow_inf_nan=False)]
 Name = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME, pattern=NO_CONTROL), BeforeValidator(_text)]
 ParamName = Annotated[str, Field(min_length=1, max_length=MAX_PARAM_NAME, pattern=NO_CONTROL),
@@ -69,7 +75,7 @@ Choice = (Annotated[StrictStr, Field(max_length=MAX_CHOICE_TEXT, pattern=NO_CONT
 
 # a map keyed by parameter names: a key the name pattern refuses is refused (the JSON Schema's
 # patternProperties alone would let it through as an additional property)
-CLOSED_KEYS = {"additionalProperties": False}
+CLOSED_KEYS: JsonDict = {"additionalProperties": False}
 
 class RequestBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -79,7 +85,7 @@ class RequestBody(BaseModel):
 # most MAX_DEPTH deep, finite numbers, MAX_USER_ATTRS_BYTES in all, and gives the precise error).
 STORABLE = r"^[^\x00]*$"  # unpaired surrogates are refused too; a JSON Schema regex cannot name them
 AttrText = Annotated[str, WithJsonSchema({"type": "string", "pattern": STORABLE})]
-AttrValue = TypeAliasType(  # type: ignore[misc]
+AttrValue = TypeAliasType(  # type: ignore[misc]  # a recursive alias, its value a string mypy does not read
     "AttrValue", "AttrText | float | int | bool | None | list[AttrValue] "
     "| Annotated[dict[AttrText, AttrValue], Field(json_schema_extra=CLOSED_KEYS)]")
 UserAttrs = Annotated[dict[Annotated[str, Field(max_length=MAX_PARAM_NAME),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StrictBool
+from pydantic import BaseModel, Field, StrictBool, StrictInt
 
 from calibo.engine.acquisition import ACQUISITIONS
 from calibo.engine.config import MAX_OBJECTIVES
@@ -18,11 +18,11 @@ from .fields import (
     CLOSED_KEYS,
     STORABLE,
     Direction,
+    Integral,
     Name,
     ParamName,
     RequestBody,
     UserAttrs,
-    json_int,
 )
 from .settings import Pruner, StudySettings
 from .space import BRANIN_SPACE, ParamSpec
@@ -41,15 +41,18 @@ class StudyCreate(RequestBody):
         None, description=f"several objectives (2 to {MAX_OBJECTIVES}), instead of direction: every completed "
         "trial is told `values`, one per objective, and the study's best trials are its Pareto front",
         examples=[["minimize", "minimize"]])
-    surrogate: Literal[tuple(SURROGATES)] | None = Field(None, description="qgp (default), qgbm, qrf, ql, qe")  # type: ignore[valid-type]
-    acquisition: Literal[ACQUISITIONS] | None = Field(
+    surrogate: Literal[tuple(SURROGATES)] | None = Field(  # type: ignore[valid-type]  # a run-time tuple
+        None, description="qgp (default), qgbm, qrf, ql, qe")
+    acquisition: Literal[ACQUISITIONS] | None = Field(  # type: ignore[valid-type]  # a run-time tuple
         None, description="logei (default: log expected improvement on the calibrated distribution), ei, pi, "
-        "ucb, ts, its, obs, mean")  # type: ignore[valid-type]
-    seed: json_int(ge=0, le=2**32 - 1) | None = Field(None, description="default: derived from the name")
+        "ucb, ts, its, obs, mean")
+    seed: Annotated[StrictInt, Field(ge=0, le=2**32 - 1), Integral] | None = Field(
+        None, description="default: derived from the name")
     pruner: Pruner | None = Field(
         None, description="multi-fidelity early stopping of reported trials: a name or an object (default none)",
         examples=["sh+", {"name": "hb", "max_resource": 81, "reduction_factor": 3}])
-    settings: StudySettings = Field(default_factory=StudySettings, examples=[{"n_warmup": 10, "ask_wait_seconds": 2.0}])  # type: ignore[valid-type]
+    settings: StudySettings = Field(default_factory=StudySettings,
+                                    examples=[{"n_warmup": 10, "ask_wait_seconds": 2.0}])
     constraints: list[ParamName] | None = Field(
         None, max_length=MAX_CONSTRAINTS, description=f"names of outcome constraints (at most {MAX_CONSTRAINTS}): "
         "every completed trial is told one value per constraint and is feasible when each is <= 0; the best "

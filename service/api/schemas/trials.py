@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Discriminator, Field, StrictBool, Tag
+from pydantic import BaseModel, Discriminator, Field, StrictBool, StrictInt, Tag
 
 from calibo.engine.config import MAX_OBJECTIVES
 from calibo.engine.limits import MAX_PARAMS
@@ -14,6 +14,7 @@ from .fields import (
     CLOSED_KEYS,
     Choice,
     Direction,
+    Integral,
     Name,
     ParamName,
     Real,
@@ -21,16 +22,16 @@ from .fields import (
     TrialState,
     UserAttrs,
     Values,
-    json_int,
 )
 
 MAX_COUNT = 256
 
 
 class AskRequest(RequestBody):
-    count: json_int(ge=1, le=MAX_COUNT) = Field(1, description="how many configurations (distinct, kept apart)")
-    worker_id: Name | None = Field(None, examples=["gpu-node-3/pid-4121"])
-    user_attrs: UserAttrs | None = Field(None, description="set on every trial this ask hands out "
+    count: Annotated[StrictInt, Field(ge=1, le=MAX_COUNT), Integral] = Field(
+        default=1, description="how many configurations (distinct, kept apart)")
+    worker_id: Name | None = Field(default=None, examples=["gpu-node-3/pid-4121"])
+    user_attrs: UserAttrs | None = Field(default=None, description="set on every trial this ask hands out "
                                          "(merged into an enqueued trial's own)")
 
 
@@ -123,7 +124,8 @@ UNION_TAGS = frozenset({"batch", "single"})  # not part of a field's name (api.e
 
 
 class ReportRequest(RequestBody):
-    step: json_int(ge=0, le=1_000_000_000) = Field(description="the resource so far: epochs, iterations...")  # type: ignore[valid-type]
+    step: Annotated[StrictInt, Field(ge=0, le=1_000_000_000), Integral] = Field(
+        description="the resource so far: epochs, iterations...")
     value: Real = Field(description="the objective at that step (same direction as the study's)",
                         examples=[0.231])
 

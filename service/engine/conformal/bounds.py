@@ -75,18 +75,21 @@ class Bounds:
         self.fold_scale = fold_scale
         L = raw.shape[1]
         self.P = L // 2
-        self._sorted: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self._sorted: list[tuple[np.ndarray, ...]] | None = None  # per pair: its (lower, upper) points sorted
         if method in SPLIT_RULE:
+            assert scores is not None  # every conformal method has scores; only raw has none
             self._sorted_scores = np.sort(scores, axis=0)  # (n, P)
 
     def _points(self, j: int, rows: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
         """Unsorted lower/upper point sets (N, n) for pair ``j``."""
         L = self.raw.shape[1]
+        assert self.scores is not None  # raw has no point sets
         D = self.scores[:, j]
         if self.method in SPLIT_RULE:
             lo, hi = self.raw[rows, j], self.raw[rows, L - 1 - j]
             w = D[None, :] if self.scale is None else self.scale[rows][:, None] * D[None, :]
             return lo[:, None] - w, hi[:, None] + w
+        assert self.fold_raw is not None and self.fold_of is not None  # CV+ has its folds
         lo = self.fold_raw[:, rows, j][self.fold_of].T  # (N, n)
         hi = self.fold_raw[:, rows, L - 1 - j][self.fold_of].T
         w = D[None, :] if self.fold_scale is None else self.fold_scale[:, rows][self.fold_of].T * D[None, :]
@@ -112,6 +115,7 @@ class Bounds:
             return self.raw
         N, L = self.raw.shape
         out = np.empty((N, L))
+        assert self.scores is not None  # not raw
         n = self.scores.shape[0]
         v = 1.0 if self.scale is None else self.scale
         for j in range(self.P):

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.stats import spearmanr
 from sklearn.model_selection import KFold
 
@@ -44,13 +45,14 @@ def scores(q: np.ndarray, y: np.ndarray, scale: np.ndarray | None = None) -> np.
     L = q.shape[1]
     lo = q[:, : L // 2]
     hi = q[:, L - 1 : L // 2 - 1 : -1]
-    d = np.maximum(lo - y[:, None], y[:, None] - hi)
+    d: NDArray[np.float64] = np.maximum(lo - y[:, None], y[:, None] - hi)
     return d if scale is None else d / scale[:, None]
 
 
 def _outer_width(q: np.ndarray) -> np.ndarray:
     """(n,) width of the widest interval pair of quantile rows ``q`` (n, L): a model's spread there."""
-    return q[:, -1] - q[:, 0]
+    w: NDArray[np.float64] = q[:, -1] - q[:, 0]
+    return w
 
 
 def model_scores(model: BaseSurrogate, X: np.ndarray, y: np.ndarray, q: np.ndarray | None = None) -> np.ndarray:
@@ -74,10 +76,12 @@ class Average:
         return np.sort(np.mean([m.predict_quantiles(X) for m in self.members], axis=0), axis=1)
 
     def predict_scale(self, X: np.ndarray) -> np.ndarray:
-        return np.mean([m.predict_scale(X) for m in self.members], axis=0)
+        scale: NDArray[np.float64] = np.mean([m.predict_scale(X) for m in self.members], axis=0)
+        return scale
 
     def predict_signal_fraction(self, X: np.ndarray) -> np.ndarray:
-        return np.mean([m.predict_signal_fraction(X) for m in self.members], axis=0)
+        frac: NDArray[np.float64] = np.mean([m.predict_signal_fraction(X) for m in self.members], axis=0)
+        return frac
 
     def predict_quantiles_and_signal(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         pairs = [m.predict_quantiles_and_signal(X) for m in self.members]  # each member once
@@ -120,7 +124,8 @@ class ConformalFit:
             return None
         shown_w = _outer_width(self.model.predict_quantiles(X) if shown is None else shown)
         scored_w = _outer_width(self.scored_model.predict_quantiles(X))
-        return shown_w / np.maximum(scored_w, 1e-12 * (1.0 + np.abs(scored_w).max()))
+        ratio: NDArray[np.float64] = shown_w / np.maximum(scored_w, 1e-12 * (1.0 + np.abs(scored_w).max()))
+        return ratio
 
     @property
     def scaled(self) -> bool:
@@ -194,8 +199,10 @@ def conformalize(
 def _jackknife_after_bootstrap(make: Callable[[], BaseSurrogate], X: np.ndarray, y: np.ndarray,
                                rng: np.random.Generator, B: int) -> ConformalFit:
     """Thesis Alg. 5: B bootstrap models; each point scored by the mean of those that left it out."""
-    n = X.shape[0]
+    n: int = X.shape[0]
     proto = make().fit(X, y)  # tunes the hyperparameters the bootstrap models reuse
+    q_sum: float | NDArray[np.float64]  # summed left-out predictions, once any point is left out
+    s_sum: float | NDArray[np.float64]
     members, q_sum, s_sum = [], 0.0, 0.0
     left_out = np.zeros((B, n), dtype=bool)
     for b in range(B):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,9 +14,17 @@ class Conditions:
     """:class:`~calibo.engine.space.SearchSpace`'s conditional parameters, mixed into it (they read
     its ``params``, ``names`` and ``_conditions``)."""
 
-    def _resolve_conditions(self) -> tuple[tuple[int, int, frozenset], ...]:
+    if TYPE_CHECKING:  # what SearchSpace provides
+        @property
+        def params(self) -> tuple[Param, ...]: ...
+        @property
+        def names(self) -> list[str]: ...
+        @property
+        def _conditions(self) -> tuple[tuple[int, int, frozenset[int]], ...]: ...
+
+    def _resolve_conditions(self) -> tuple[tuple[int, int, frozenset[int]], ...]:
         index = {p.name: j for j, p in enumerate(self.params)}
-        rules: dict[int, tuple[int, frozenset]] = {}
+        rules: dict[int, tuple[int, frozenset[int]]] = {}
         for j, p in enumerate(self.params):
             if p.condition is None:
                 continue
@@ -39,7 +47,8 @@ class Conditions:
                                                         f"{e.message}") from None
                 decoded.add(parent.index_of(canon) if parent.type != "int" else int(canon))
             rules[j] = (index[parent_name], frozenset(decoded))
-        order, state = [], {}
+        order: list[tuple[int, int, frozenset[int]]] = []
+        state: dict[int, str] = {}
 
         def visit(j: int, path: list[int]) -> None:
             if state.get(j) == "done":
@@ -100,7 +109,7 @@ class Conditions:
     def active_names(self, params: dict[str, Any]) -> list[str]:
         """The parameters active in a (possibly partial) configuration, as far as it decides them."""
         out = []
-        present = {}
+        present: dict[str, Any] = {}
         for p in self._validation_order():
             if p.condition is not None:
                 parent, values = p.condition

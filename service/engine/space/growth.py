@@ -64,10 +64,10 @@ def _grown(old: Param, new: Param, where: str) -> Param:
     if old.type in ("float", "int"):
         if new.log != old.log:
             raise SpaceError(f"{where}.log", f"cannot change the scale (log is {str(old.log).lower()})")
-        if new.low > old.low:  # type: ignore[operator]
+        if new.low > old.low:  # type: ignore[operator]  # a float or int parameter has both bounds
             raise SpaceError(f"{where}.low", f"cannot narrow the range: low is {old.low}, trials may hold it; "
                                              f"{ONLY_GROWTH}")
-        if new.high < old.high:  # type: ignore[operator]
+        if new.high < old.high:  # type: ignore[operator]  # a float or int parameter has both bounds
             raise SpaceError(f"{where}.high", f"cannot narrow the range: high is {old.high}, trials may hold "
                                               f"it; {ONLY_GROWTH}")
         low, high = new.low, new.high

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ..errors import ParamError, SpaceError
 from ..limits import MAX_CHOICE_TEXT, MAX_CHOICES, MAX_PARAM_NAME, check_text
@@ -88,6 +89,8 @@ class Param:
         if kind in ("float", "int"):
             if "choices" in d:
                 raise SpaceError(f"{where}.choices", f"not allowed for type {kind}")
+            low: Any
+            high: Any
             low, high, log = d.get("low"), d.get("high"), d.get("log", False)
             for key, v in (("low", low), ("high", high)):
                 f = as_float(v)
@@ -157,7 +160,7 @@ class Param:
 
     def _bounds(self) -> tuple[float, float]:
         """The continuous interval the unit coordinate is mapped onto."""
-        lo, hi = float(self.low), float(self.high)  # type: ignore[arg-type]
+        lo, hi = float(self.low), float(self.high)  # type: ignore[arg-type]  # numeric types have both bounds
         if self.type == "int":
             lo, hi = lo - 0.5, hi + 0.5  # each integer owns a bin of equal width
         if self.log:
@@ -169,7 +172,8 @@ class Param:
         u = np.clip(np.asarray(u, dtype=float), 0.0, 1.0)
         if self.type in ("categorical", "ordinal"):
             k = len(self.choices)
-            return np.minimum((u * k).astype(int), k - 1).astype(float)
+            idx: NDArray[np.float64] = np.minimum((u * k).astype(int), k - 1).astype(float)
+            return idx
         lo, hi = self._bounds()
         v = lo + u * (hi - lo)
         if self.log:
@@ -217,7 +221,7 @@ class Param:
                 raise ParamError(self.name, f"expected an integer, got {value!r}")
             # an integer as given (a double holds integers exactly only up to 2**53)
             x = int(value) if isinstance(value, (int, np.integer)) else int(round(x))
-        if x < self.low or x > self.high:  # type: ignore[operator]
+        if x < self.low or x > self.high:  # type: ignore[operator]  # numeric types have both bounds
             raise ParamError(self.name, f"{value!r} is outside [{self.low}, {self.high}]")
         return x + 0.0 if isinstance(x, float) else x  # -0.0 as 0.0: SQLite keeps no sign
 

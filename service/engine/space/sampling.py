@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.stats import qmc
+
+if TYPE_CHECKING:
+    from .params import Param
 
 
 class Sampling:
     """:class:`~calibo.engine.space.SearchSpace`'s draws, mixed into it (they read its ``dim``,
     ``params``, ``_conditions`` and ``snap``)."""
+
+    if TYPE_CHECKING:  # what SearchSpace provides
+        @property
+        def dim(self) -> int: ...
+        @property
+        def params(self) -> tuple[Param, ...]: ...
+        @property
+        def _optional(self) -> bool: ...
+        def snap(self, u: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray: ...
 
     def sample(self, n: int, seed: int | np.random.Generator, *, skip: int = 0) -> np.ndarray:
         """``n`` scrambled-Sobol points (snapped unit rows), after ``skip`` earlier draws.

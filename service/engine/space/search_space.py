@@ -25,7 +25,7 @@ class SearchSpace(Conditions, Sampling):
     _feature_slices: tuple[slice, ...] = field(init=False, repr=False, compare=False)
     # per conditional parameter, in an order where parents come first: (column, parent column,
     # the parent's decoded values that activate it)
-    _conditions: tuple[tuple[int, int, frozenset], ...] = field(init=False, repr=False, compare=False)
+    _conditions: tuple[tuple[int, int, frozenset[int]], ...] = field(init=False, repr=False, compare=False)
     # whether a configuration may lack a parameter (one is conditional, or grown: see ``grow``)
     _optional: bool = field(init=False, repr=False, compare=False)
 
@@ -88,7 +88,11 @@ class SearchSpace(Conditions, Sampling):
         for p in self.params:
             if p.type == "float":
                 return None
-            n *= len(p.choices) if p.type in ("categorical", "ordinal") else int(p.high) - int(p.low) + 1
+            if p.type in ("categorical", "ordinal"):
+                n *= len(p.choices)
+            else:
+                assert p.low is not None and p.high is not None  # an int parameter has both
+                n *= int(p.high) - int(p.low) + 1
         return n
 
     # ----------------------------------------------------------- validation

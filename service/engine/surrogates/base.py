@@ -19,10 +19,11 @@ Two optional parts of the protocol:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, Self
 
 import numpy as np
+from numpy.typing import NDArray
 
 
 class QuantileSurrogate(Protocol):
@@ -52,7 +53,7 @@ class BaseSurrogate(ABC):
     # tuned kernel), so split conformal may show that refit with the split's scores (conformal.conformalize)
     conditions_on_refit = False
 
-    def __init__(self, levels: Sequence[float], seed: int = 0, device: str = "cpu",
+    def __init__(self, levels: Iterable[float], seed: int = 0, device: str = "cpu",
                  **options: Any) -> None:
         lv = np.asarray(sorted(float(x) for x in levels))
         if lv.size == 0 or lv[0] <= 0.0 or lv[-1] >= 1.0:
@@ -113,7 +114,8 @@ class BaseSurrogate(ABC):
 
     def _target_spread(self, s: np.ndarray) -> np.ndarray:
         """A standardised spread (n,) -> the target's units, floored at ``MIN_SCALE``."""
-        return np.maximum(np.asarray(s, float), MIN_SCALE) * self._sd
+        spread: NDArray[np.float64] = np.maximum(np.asarray(s, float), MIN_SCALE) * self._sd
+        return spread
 
     def predict_signal_fraction(self, X: np.ndarray) -> np.ndarray:
         """(n,) the share of the predictive spread that is uncertainty about the objective itself:
@@ -122,7 +124,8 @@ class BaseSurrogate(ABC):
         term (quantile regressors, forests): their whole spread is taken as the objective's."""
         if not self.fitted:
             raise RuntimeError(f"{self.name} surrogate is not fitted")
-        return np.clip(self._signal_fraction(np.asarray(X, dtype=float)), MIN_SIGNAL, 1.0)
+        frac: NDArray[np.float64] = np.clip(self._signal_fraction(np.asarray(X, dtype=float)), MIN_SIGNAL, 1.0)
+        return frac
 
     def _signal_fraction(self, X: np.ndarray) -> np.ndarray:
         return np.ones(X.shape[0])
@@ -154,7 +157,7 @@ class BaseSurrogate(ABC):
 SURROGATES: dict[str, type[BaseSurrogate]] = {}
 
 
-def make_surrogate(name: str, levels: Sequence[float], seed: int = 0, device: str = "cpu",
+def make_surrogate(name: str, levels: Iterable[float], seed: int = 0, device: str = "cpu",
                    **options: Any) -> BaseSurrogate:
     """An unfitted surrogate; torch families train on ``device`` ("cpu" or "cuda")."""
     try:

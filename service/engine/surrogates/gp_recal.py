@@ -46,9 +46,11 @@ without re-tuning and recalibrates on its own training points.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 from sklearn.gaussian_process import GaussianProcessRegressor
 
@@ -102,8 +104,8 @@ def refit_forecasts(base: QGP, X: np.ndarray, z: np.ndarray, splits: str, max_sp
 class GPRecal(BaseSurrogate):
     name = "gp-recal"
 
-    def __init__(self, levels, seed: int = 0, device: str = "cpu", proto: QGP | None = None,
-                 **options) -> None:
+    def __init__(self, levels: Iterable[float], seed: int = 0, device: str = "cpu", proto: QGP | None = None,
+                 **options: Any) -> None:
         super().__init__(levels, seed, device=device, **options)
         self._proto = proto  # an unfitted QGP carrying a tuned kernel (fold clones)
         splits = self.options.get("splits", "loo")
@@ -157,4 +159,5 @@ class GPRecal(BaseSurrogate):
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
         mean, sd = self._base.predict_moments(X)
-        return mean[:, None] + sd[:, None] * self._t[None, :]
+        q: NDArray[np.float64] = mean[:, None] + sd[:, None] * self._t[None, :]
+        return q

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import gpytorch
 import numpy as np
@@ -85,7 +85,7 @@ def _base_kernel(d: int) -> gpytorch.kernels.ScaleKernel:
     )
 
 
-class ExactGPModel(gpytorch.models.ExactGP):
+class ExactGPModel(gpytorch.models.ExactGP):  # type: ignore[misc]  # gpytorch ships no type information
     """Zero mean, ARD Matern-5/2 times an outputscale; the exact GP."""
 
     def __init__(self, X: torch.Tensor, z: torch.Tensor, likelihood: gpytorch.likelihoods.Likelihood):
@@ -101,7 +101,7 @@ class ExactGPModel(gpytorch.models.ExactGP):
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
 
-class SGPRModel(gpytorch.models.ExactGP):
+class SGPRModel(gpytorch.models.ExactGP):  # type: ignore[misc]  # gpytorch ships no type information
     """The same kernel behind gpytorch's ``InducingPointKernel`` (SGPR)."""
 
     def __init__(self, X: torch.Tensor, z: torch.Tensor, likelihood: gpytorch.likelihoods.Likelihood,
@@ -123,19 +123,19 @@ def _likelihood() -> gpytorch.likelihoods.GaussianLikelihood:
     return gpytorch.likelihoods.GaussianLikelihood(noise_constraint=_log_positive())
 
 
-def _hyper_params(model) -> list[torch.nn.Parameter]:
+def _hyper_params(model: ExactGPModel | SGPRModel) -> list[torch.nn.Parameter]:
     """The log hyperparameters, in scikit-learn's theta order: outputscale, lengthscales, noise."""
     k = model.base_kernel
     return [k.raw_outputscale, k.base_kernel.raw_lengthscale, model.likelihood.noise_covar.raw_noise]
 
 
 def _bounds(d: int) -> list[tuple[float, float]]:
-    def log(b):
+    def log(b: tuple[float, float]) -> tuple[float, float]:
         return (math.log(b[0]), math.log(b[1]))
     return [log(OUTPUTSCALE_BOUNDS)] + [log(LENGTHSCALE_BOUNDS)] * d + [log(NOISE_BOUNDS)]
 
 
-def _set_hyper(model, hyper: dict[str, Any]) -> None:
+def _set_hyper(model: ExactGPModel | SGPRModel, hyper: dict[str, Any]) -> None:
     k = model.base_kernel
     dev = k.raw_outputscale.device
     with torch.no_grad():
@@ -145,7 +145,7 @@ def _set_hyper(model, hyper: dict[str, Any]) -> None:
         model.likelihood.noise_covar.raw_noise.fill_(math.log(float(hyper["noise"])))
 
 
-def _get_hyper(model) -> dict[str, Any]:
+def _get_hyper(model: ExactGPModel | SGPRModel) -> dict[str, Any]:
     k = model.base_kernel
     return {
         "outputscale": float(k.outputscale.detach().cpu()),
@@ -154,7 +154,8 @@ def _get_hyper(model) -> dict[str, Any]:
     }
 
 
-def _maximise(model, X: torch.Tensor, z: torch.Tensor, maxiter: int | None = None, prior: bool = False) -> None:
+def _maximise(model: ExactGPModel | SGPRModel, X: torch.Tensor, z: torch.Tensor, maxiter: int | None = None,
+              prior: bool = False) -> None:
     """L-BFGS-B on the negative log marginal likelihood (summed, as scikit-learn's), plus QGP's
     ``neg_log_prior`` when ``prior``."""
     params = _hyper_params(model)
@@ -181,7 +182,8 @@ def _maximise(model, X: torch.Tensor, z: torch.Tensor, maxiter: int | None = Non
             loss.backward()
         except (NotPSDError, NanError):  # a non-PSD corner of the box: steer away from it
             return 1e25, np.zeros_like(theta)
-        grad = torch.cat([p.grad.reshape(-1) for p in params]).detach().cpu().numpy()
+        # backward() gave every hyperparameter its gradient
+        grad = torch.cat([cast("torch.Tensor", p.grad).reshape(-1) for p in params]).detach().cpu().numpy()
         value = float(loss.detach().cpu())
         if prior:
             pv, pg = neg_log_prior(theta)

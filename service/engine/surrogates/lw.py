@@ -51,9 +51,11 @@ from __future__ import annotations
 
 import warnings
 from abc import abstractmethod
+from typing import Protocol, cast
 
 import lightgbm as lgb
 import numpy as np
+from numpy.typing import NDArray
 from sklearn.ensemble import RandomForestRegressor
 from sklearn.model_selection import KFold
 from sklearn.neighbors import KNeighborsRegressor
@@ -67,16 +69,22 @@ ABS_FLOOR = 1e-6  # and >= this, on the standardised scale
 SCALE_FOLDS = 5  # cross-fitting folds for the scaled residuals that shape the raw quantiles
 
 
+class _Predictor(Protocol):
+    """A fitted regressor: ``predict(X)`` gives one value per row."""
+
+    def predict(self, X: np.ndarray) -> np.ndarray: ...
+
+
 class _LocallyWeighted(BaseSurrogate):
     """Split, residuals, spread and quantiles; a family gives ``_make_point`` (and ``_make_spread``)."""
 
     scaled = True
 
     @abstractmethod
-    def _make_point(self, X: np.ndarray, z: np.ndarray):  # -> fitted model with .predict
+    def _make_point(self, X: np.ndarray, z: np.ndarray) -> _Predictor:
         """The family's regressor, fitted on ``(X, z)``."""
 
-    def _make_spread(self, X: np.ndarray, r: np.ndarray):
+    def _make_spread(self, X: np.ndarray, r: np.ndarray) -> _Predictor:
         return self._make_point(X, r)
 
     def _split(self, n: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -112,14 +120,16 @@ class _LocallyWeighted(BaseSurrogate):
         return np.maximum(v, self._floor)
 
     def _v(self, X: np.ndarray) -> np.ndarray:
-        return np.maximum(np.asarray(self._spread.predict(X), float), self._floor)
+        v: NDArray[np.float64] = np.maximum(np.asarray(self._spread.predict(X), float), self._floor)
+        return v
 
     def _scale(self, X: np.ndarray) -> np.ndarray:
         return self._v(X)
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
         mu = np.asarray(self._point.predict(X), float)
-        return mu[:, None] + self._v(X)[:, None] * self._t[None, :]
+        q: NDArray[np.float64] = mu[:, None] + self._v(X)[:, None] * self._t[None, :]
+        return q
 
 
 class _Booster:
@@ -129,7 +139,8 @@ class _Booster:
         self.booster = booster
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        return self.booster.predict(X, num_threads=1)
+        # an array: the other members of predict's union are for pred_contrib on sparse input
+        return cast("np.ndarray", self.booster.predict(X, num_threads=1))
 
 
 class LWGBM(_LocallyWeighted):

@@ -60,13 +60,17 @@ overrides), as the GP's torch path: the fit worker runs fits side by side.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.stats import norm
 
 from ..device import torch_threads
 from .base import BaseSurrogate
+
+if TYPE_CHECKING:  # imported where a net trains or predicts, never at module import
+    import torch
 
 BATCH = 4096  # rows per optimizer step; more observations are split into minibatches
 GRAPH_WARMUP = 3  # eager CUDA steps before the full-batch step is captured as a graph
@@ -183,7 +187,7 @@ def _train_graphed(params: list[Any], X: Any, loss_fn: Any, n: int, total: int, 
         _objective(params, X, None, loss_fn, n, weight_decay).backward()
         opt.step()
 
-    side = torch.cuda.Stream()
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch.cuda.Stream.__new__ is unannotated
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # eager steps of the schedule: they also create Adam's state
         for step in range(GRAPH_WARMUP):
@@ -206,6 +210,7 @@ class _TorchMLP(BaseSurrogate):
     """Shared plumbing: options, input scaling, device transfer, batched prediction."""
 
     defaults: dict[str, Any] = {}
+    params_: list[torch.Tensor]  # the fitted net(s): ``init_stack``'s layout, on ``device``
 
     def _opt(self, key: str) -> Any:
         v = self.options.get(key)
@@ -293,7 +298,8 @@ class MLPEnsemble(_TorchMLP):
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
         mu, sigma = self._moments(X)
-        return mu[:, None] + sigma[:, None] * self._zq[None, :]
+        q: NDArray[np.float64] = mu[:, None] + sigma[:, None] * self._zq[None, :]
+        return q
 
     def _scale(self, X: np.ndarray) -> np.ndarray:
         return self._moments(X)[1]
@@ -301,7 +307,8 @@ class MLPEnsemble(_TorchMLP):
     def _signal_fraction(self, X: np.ndarray) -> np.ndarray:
         """The ensemble spread's share of the predictive sd (the rest is the out-of-bag noise)."""
         var = self._members(X).var(axis=0)
-        return np.sqrt(var / (var + self._noise_var))
+        frac: NDArray[np.float64] = np.sqrt(var / (var + self._noise_var))
+        return frac
 
     def predict_members(self, X: np.ndarray) -> np.ndarray:
         """(M, n) member predictions in the target's units; their sd over axis 0 is eq. 3.1's."""
@@ -362,7 +369,8 @@ class MLPQuantile(_TorchMLP):
         import torch
 
         raw = torch.from_numpy(self._outputs(X)[0])  # float64: the increments stay strictly positive
-        return monotone(raw).numpy()
+        q: NDArray[np.float64] = monotone(raw).numpy()
+        return q
 
 
 def monotone(out: Any) -> Any:

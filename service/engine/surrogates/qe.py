@@ -12,9 +12,11 @@ weighted sum of their quantiles at that level.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy import sparse
 from scipy.optimize import linprog
 from sklearn.model_selection import KFold
@@ -40,12 +42,12 @@ class QE(BaseSurrogate):
 
     def __init__(
         self,
-        levels: Sequence[float],
+        levels: Iterable[float],
         seed: int = 0,
         bases: Sequence[str] = ("qgbm", "ql", "qgp"),
         weights: np.ndarray | None = None,
         protos: list[BaseSurrogate] | None = None,
-        **options,
+        **options: Any,
     ) -> None:
         super().__init__(levels, seed, **options)
         self.bases = tuple(bases)
@@ -85,4 +87,5 @@ class QE(BaseSurrogate):
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
         preds = np.stack([m.predict_quantiles(X) for m in self._models], axis=1)  # (n, M, L)
-        return np.einsum("nml,ml->nl", preds, self.weights_)
+        out: NDArray[np.float64] = np.einsum("nml,ml->nl", preds, self.weights_)
+        return out

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightgbm as lgb
 import numpy as np
 
 from .base import BaseSurrogate
 
 
-def lightgbm_params(objective: str, n: int, seed: int, options: dict) -> dict:
+def lightgbm_params(objective: str, n: int, seed: int, options: dict[str, Any]) -> dict[str, Any]:
     """LightGBM settings for ``n`` observations: small, deterministic, one thread (QGBM, LW-GBM)."""
     return {
         "objective": objective,
@@ -32,7 +34,7 @@ def lightgbm_params(objective: str, n: int, seed: int, options: dict) -> dict:
 class QGBM(BaseSurrogate):
     name = "qgbm"
 
-    def _params(self, n: int) -> dict:
+    def _params(self, n: int) -> dict[str, Any]:
         return lightgbm_params("quantile", n, self.seed, self.options)
 
     def _fit(self, X: np.ndarray, z: np.ndarray) -> None:

@@ -43,9 +43,11 @@ which keeps the curves; the engine's default refit at 10,000 observations:
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 from scipy.spatial.distance import cdist
 from scipy.stats import norm
@@ -64,6 +66,9 @@ from ..limits import SURROGATE_CHOICES
 from .base import BaseSurrogate
 from .gp_prior import neg_log_prior
 
+if TYPE_CHECKING:  # torch is loaded by a torch fit only (_fit_torch)
+    from .gp_torch import TorchGP
+
 # the options that take a word (backend, prior, scores), each's first choice its default: the table the
 # study settings are checked against
 CHOICES = SURROGATE_CHOICES["qgp"]
@@ -75,7 +80,8 @@ INDUCING_POINTS = 512
 CUDA_FROM = 200
 
 
-def _map_optimizer(obj_func, initial_theta: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, float]:
+def _map_optimizer(obj_func: Callable[..., tuple[float, np.ndarray]], initial_theta: np.ndarray,
+                   bounds: np.ndarray) -> tuple[np.ndarray, float]:
     """scikit-learn's ``optimizer`` hook: L-BFGS-B on -log marginal likelihood + ``neg_log_prior``."""
     from scipy.optimize import minimize
 
@@ -144,17 +150,18 @@ class QGP(BaseSurrogate):
     conditions_on_refit = True  # fold_clone keeps the tuned kernel: a refit is the posterior on more points
 
     @property
-    def scaled(self) -> bool:
+    def scaled(self) -> bool:  # type: ignore[override]  # BaseSurrogate's class attribute, derived here
         """Option ``scores``: ``normalized`` scores the conformal layer's residuals in units of the
         GP's own predictive sd (``_scale``), so calibrated intervals keep the posterior's
         heteroskedastic shape; ``cqr`` (the plain quantile scores) widens every interval alike."""
-        return self.options.get("scores", CHOICES["scores"][0]) == "normalized"
+        scores: str = self.options.get("scores", CHOICES["scores"][0])
+        return scores == "normalized"
 
     def _scale(self, X: np.ndarray) -> np.ndarray:
         return self._moments(X)[1] if self.scaled else super()._scale(X)
 
-    def __init__(self, levels, seed: int = 0, kernel: Kernel | None = None, device: str = "cpu",
-                 hyper: dict[str, Any] | None = None, **options) -> None:
+    def __init__(self, levels: Iterable[float], seed: int = 0, kernel: Kernel | None = None, device: str = "cpu",
+                 hyper: dict[str, Any] | None = None, **options: Any) -> None:
         super().__init__(levels, seed, device=device, **options)
         for key, allowed in CHOICES.items():
             value = self.options.get(key, allowed[0])
@@ -164,7 +171,7 @@ class QGP(BaseSurrogate):
         self._fixed_hyper = hyper  # tuned hyperparameters as numbers (fold clones of a torch fit)
         self.backend_: str | None = None  # the backend the last fit ran
         self._gp: GaussianProcessRegressor | None = None
-        self._torch = None
+        self._torch: TorchGP | None = None
         self._last_moments: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         self._posterior: _Posterior | None = None
 
@@ -173,7 +180,8 @@ class QGP(BaseSurrogate):
         """Whether the hyperparameters are fitted with ``neg_log_prior`` (option ``prior="smooth"``)
         or by plain maximum likelihood (``"none"``, the default: on the real-tuning suite the prior
         ranked behind it, ``benchmarks/real_tuning.py``)."""
-        return self.options.get("prior", "none") == "smooth"
+        prior: str = self.options.get("prior", "none")
+        return prior == "smooth"
 
     @property
     def exact_up_to(self) -> int:
@@ -181,7 +189,7 @@ class QGP(BaseSurrogate):
 
     def choose_backend(self, n: int) -> str:
         """The backend a fit on ``n`` observations runs (see the module docstring)."""
-        backend = self.options.get("backend", "auto")
+        backend: str = self.options.get("backend", "auto")
         if backend != "auto":
             return backend
         if self.device == "cuda":
@@ -193,7 +201,9 @@ class QGP(BaseSurrogate):
         if not self.fitted:
             return None
         if self.backend_ == "torch":
+            assert self._torch is not None
             return self._torch.hyper
+        assert self._gp is not None
         return _hyper_of(self._gp.kernel_, self._d)
 
     def gp_kernel(self) -> dict[str, Any] | None:
@@ -209,8 +219,10 @@ class QGP(BaseSurrogate):
         if not self.fitted:
             kernel, hyper = self._fixed_kernel, self._fixed_hyper
         elif self.backend_ == "sklearn":
+            assert self._gp is not None
             kernel, hyper = self._gp.kernel_, None
         else:
+            assert self._torch is not None
             kernel, hyper = None, self._torch.hyper
         return QGP(self.levels, self.seed, kernel=kernel, device=self.device, hyper=hyper, **self.options)
 
@@ -276,10 +288,12 @@ class QGP(BaseSurrogate):
         if last is not None and last[0] is X:
             return last[1]
         if self.backend_ == "torch":
+            assert self._torch is not None
             mean, sd = self._torch.moments(X)
         elif self._posterior is not None:
             mean, sd = self._posterior.moments(X)
         else:
+            assert self._gp is not None
             mean, sd = self._gp.predict(X, return_std=True)
         out = (mean, np.maximum(sd, 1e-9))
         self._last_moments = (X, out)
@@ -294,7 +308,8 @@ class QGP(BaseSurrogate):
         hyper = self.tuned_hyperparameters()
         if hyper is None:  # a kernel of the caller's without a white-noise term
             return np.ones(sd.shape[0])
-        return np.sqrt(np.maximum(sd * sd - float(hyper["noise"]), 0.0)) / sd
+        frac: NDArray[np.float64] = np.sqrt(np.maximum(sd * sd - float(hyper["noise"]), 0.0)) / sd
+        return frac
 
     def _predict_with_signal(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         mean, sd = self._moments(X)  # one posterior evaluation for both
@@ -311,4 +326,5 @@ class QGP(BaseSurrogate):
 
     def _gaussian_quantiles(self, mean: np.ndarray, sd: np.ndarray) -> np.ndarray:
         """(n, L) quantiles at the study's levels of the Gaussians ``N(mean, sd^2)`` (standardised)."""
-        return mean[:, None] + sd[:, None] * self._z[None, :]
+        q: NDArray[np.float64] = mean[:, None] + sd[:, None] * self._z[None, :]
+        return q

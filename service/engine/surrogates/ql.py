@@ -17,6 +17,7 @@ fraction of the cost: a refit per tell over 10 levels matters for ask latency.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .base import BaseSurrogate
 
@@ -30,7 +31,7 @@ def pinball_lasso(X: np.ndarray, y: np.ndarray, taus: np.ndarray, lam: float,
     L = taus.size
     # start from least squares shifted to each level's empirical quantile
     beta0 = np.linalg.lstsq(A, y, rcond=None)[0]
-    beta = np.tile(beta0, (L, 1))
+    beta: NDArray[np.float64] = np.tile(beta0, (L, 1))
     beta[:, 0] += np.quantile(y - A @ beta0, taus)
     pen = np.full(p, 1.0)
     pen[0] = 0.0  # the intercept is not penalised
@@ -56,7 +57,8 @@ def objective(A: np.ndarray, y: np.ndarray, beta: np.ndarray, taus: np.ndarray, 
               pen: np.ndarray) -> np.ndarray:
     r = y[None, :] - beta @ A.T
     rho = np.where(r >= 0, taus[:, None] * r, (taus[:, None] - 1.0) * r)
-    return rho.mean(axis=1) + lam * np.abs(beta * pen[None, :]).sum(axis=1)
+    obj: NDArray[np.float64] = rho.mean(axis=1) + lam * np.abs(beta * pen[None, :]).sum(axis=1)
+    return obj
 
 
 class QL(BaseSurrogate):
@@ -66,4 +68,5 @@ class QL(BaseSurrogate):
         self._beta = pinball_lasso(X, z, self.levels, float(self.options.get("alpha", 0.01)))
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
-        return self._beta[:, 0][None, :] + X @ self._beta[:, 1:].T
+        q: NDArray[np.float64] = self._beta[:, 0][None, :] + X @ self._beta[:, 1:].T
+        return q
