@@ -50,7 +50,7 @@ docs: $(DOCS_STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# mypy on the packages held to it (.ci/typecheck lists them), in their installed layout.
+# mypy over every installed package, and --strict on calibo.engine and calibo.server.studies (.ci/typecheck).
 typecheck: $(STAMP)
 	$(BIN)/python .ci/typecheck
 
