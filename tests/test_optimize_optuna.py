@@ -83,9 +83,11 @@ def test_timeout_alone_runs_until_it_passes_and_lets_the_running_trial_finish(cl
     }
     counts = {"optuna": len(other.trials), "calibo": len(mine.trials())}
     for name in ("optuna", "calibo"):
-        # trials start until 1 s has passed; the last one started runs to its end
-        assert 1.0 <= elapsed[name] < 1.0 + 0.15 + 0.6, (name, elapsed)
-        assert 4 <= counts[name] <= 8, (name, counts)
+        # trials start until 1 s has passed (the run lasts at least that), and none after: trial k
+        # starts 0.15 k s in at the earliest, so at most 7 start before 1 s, however slow the machine
+        # (a busy one starts fewer); the last one started runs to its end (every trial completes)
+        assert elapsed[name] >= 1.0, (name, elapsed)
+        assert 1 <= counts[name] <= 7, (name, counts)
     assert set(their_states(other)) == set(our_states(mine)) == {"complete"}
 
 
@@ -100,8 +102,10 @@ def test_n_trials_and_timeout_whichever_comes_first(client: Client) -> None:
     elapsed = {"optuna": timed(lambda: other.optimize(objective, n_trials=50, timeout=0.5)),
                "calibo": timed(lambda: mine.optimize(objective, n_trials=50, timeout=0.5))}
     for name, count in (("optuna", len(other.trials)), ("calibo", len(mine.trials()))):
-        assert 2 <= count <= 6, (name, count)  # the timeout first
-        assert 0.5 <= elapsed[name] < 0.5 + 0.1 + 0.6, (name, elapsed)
+        # the timeout first: trial k starts 0.1 k s in at the earliest, so at most 5 of the 50 start
+        # before 0.5 s (fewer on a busy machine), and the run lasts until the timeout has passed
+        assert 1 <= count <= 5, (name, count)
+        assert elapsed[name] >= 0.5, (name, elapsed)
 
 
 def test_n_trials_counts_per_call(client: Client) -> None:
