@@ -198,6 +198,30 @@ def test_a_trial_the_server_did_not_suggest_is_added_though_it_lacks_a_parameter
     assert added["params"]["kind"] == "a" and added["params"]["x"] == 0.5 and 0 <= added["params"]["k"] <= 5
     assert added["value"] == 0.25
 
+
+def test_a_suggestion_that_would_take_a_completed_trials_path_with_its_values_is_a_repeat() -> None:
+    """Before a process has learned that ``k`` belongs to branch b only, the server's suggestion
+    {kind: a, x: 0.5, k: 3} looks new next to the completed {kind: a, x: 0.5}; but the objective,
+    given kind a, never asks for k: it would run that trial again. Each of the completed trial's
+    parameters having its value in the suggestion makes it a repeat; a running or failed trial's
+    partial parameters do not, and a suggestion that changes one of them is no repeat."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    from calibo.optuna._remote import RemoteBackend
+
+    dists = {"kind": CategoricalDistribution(["a", "b"]), "x": FloatDistribution(-3.0, 3.0)}
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(params={"kind": "a", "x": 0.5}, value=0.25, distributions=dists))
+    study.add_trial(optuna.trial.create_trial(params={"kind": "a"}, state=optuna.trial.TrialState.FAIL,
+                                              distributions={"kind": dists["kind"]}))
+    running = study.ask()
+    running.suggest_categorical("kind", ["a", "b"])  # partial: asked one parameter so far
+    mine = study._storage.get_trial(study.ask()._trial_id)
+    suggested = {"kind": "a", "x": 0.5, "k": 3}
+    assert RemoteBackend._repeats(study, mine, suggested, suggested, {}) == 0
+    other = {"kind": "a", "x": 0.75, "k": 3}
+    assert RemoteBackend._repeats(study, mine, other, other, {}) is None  # the failed and running trials are partial
+
 DEFINE_BY_RUN = textwrap.dedent('''
     import sys
     import optuna

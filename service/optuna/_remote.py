@@ -358,7 +358,7 @@ class RemoteBackend:
             if attempt == _REPEATS:
                 break  # asked as often as allowed: run it, repeat or not
             runs = active(params, conditions)
-            earlier = self._repeats(study, trial, runs, conditions)
+            earlier = self._repeats(study, trial, params, runs, conditions)
             if earlier is None:
                 break
             unused = ", ".join(sorted(set(params) - set(runs))) or "no other parameter"
@@ -372,10 +372,15 @@ class RemoteBackend:
         return params
 
     @staticmethod
-    def _repeats(study: Study, trial: FrozenTrial, runs: dict[str, Any],
+    def _repeats(study: Study, trial: FrozenTrial, params: dict[str, Any], runs: dict[str, Any],
                  conditions: dict[str, tuple[str, list[Any]]]) -> int | None:
         """The number of another Optuna trial that ran, or was suggested to run, the configuration
-        ``runs`` (a running trial by its stored suggestion), or None."""
+        ``runs`` (``params`` as the learned ``conditions`` say the objective asks for them), or None.
+
+        A running trial counts by its stored suggestion. A completed trial counts whenever each of
+        its parameters has its value in ``params``: the objective, asking by the values it is given,
+        takes that trial's path and asks for just those, whatever ``conditions`` (learned from the
+        trials one process had seen) say of the rest."""
         want = json_key(runs)
         for t in study._get_trials(deepcopy=False, use_cache=False):
             if t.number == trial.number:
@@ -383,6 +388,9 @@ class RemoteBackend:
             stored = t.system_attrs.get(_ATTR) if t.state == TrialState.RUNNING else None
             if json_key(t.params) == want or (stored is not None and json_key(active(
                     {**json.loads(stored)["params"], **t.params}, conditions)) == want):
+                return t.number
+            if t.state == TrialState.COMPLETE and t.params and all(
+                    name in params and json_key(params[name]) == json_key(v) for name, v in t.params.items()):
                 return t.number
         return None
 
