@@ -55,8 +55,13 @@ def check_directions(directions: Any) -> tuple[str, ...]:
 
 def check_values(values: Any, m: int, field: str = "values") -> list[float]:
     """One finite number per objective; ParamError naming ``field`` (and the position) otherwise."""
-    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__") or len(values) != m:
-        raise ParamError(field, f"must be a list of {m} numbers, one per objective")
+    return _numbers(values, m, field, f"must be a list of {m} numbers, one per objective")
+
+
+def _numbers(values: Any, n: int, field: str, wrong_count: str) -> list[float]:
+    """``n`` finite numbers; ParamError naming ``field`` (``wrong_count`` its message) or the position."""
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__") or len(values) != n:
+        raise ParamError(field, wrong_count)
     out = []
     for i, v in enumerate(values):
         try:
@@ -116,13 +121,5 @@ def check_constraint_values(names: Sequence[str], state: str, constraints: Any) 
         return None
     if not names:
         raise ParamError("constraints", "the study has no constraints")
-    if isinstance(constraints, (str, bytes, dict)) or not hasattr(constraints, "__len__") \
-            or len(constraints) != len(names):
-        raise ParamError("constraints", f"needs {len(names)} values, one per constraint {list(names)}")
-    out = []
-    for i, c in enumerate(constraints):
-        try:
-            out.append(check_value(c))
-        except ParamError as e:
-            raise ParamError(f"constraints.{i}", e.message) from None
-    return out
+    return _numbers(constraints, len(names), "constraints", f"needs {len(names)} values, one per constraint "
+                                                            f"{list(names)}")
