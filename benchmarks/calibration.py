@@ -316,13 +316,13 @@ class CrowdRun:
         # the default snapshot's candidates (its fit's local search added some a split fit would not)
         split = self.fit(self.done, self.split_config, pending, candidates=snap.candidates)
         row = split.candidate_keys().index(self.space.key(trial.params))
-        sets["split"] = Sets.of(split.bounds, row, warped(split.meta.get("warp")))
+        sets["split"] = Sets.of(split.bounds, row, warped(split.meta.warp))
         sets["fresh"] = sets["default"]  # sequential: the completed trials are all the asked ones
         if self.k > 1:
             before = [(a.params, a.value) for a in self.asked]
             fresh = self.fit(before, self.config, [], candidates=self.space.to_unit([trial.params]))
             if fresh.method != "raw":
-                sets["fresh"] = Sets.of(fresh.bounds, 0, warped(fresh.meta.get("warp")))
+                sets["fresh"] = Sets.of(fresh.bounds, 0, warped(fresh.meta.warp))
 
     def run(self) -> CrowdRun:
         running: list[tuple[float, int]] = []

@@ -109,7 +109,7 @@ def engine_cells(n: int, devices: list[str], repeats: int) -> dict:
     for dev in devices:
         cfg = EngineConfig(surrogate_options={"backend": "torch"}) if dev == "cuda" else EngineConfig()
         seconds, snap = timed(lambda dev=dev, cfg=cfg: fit(obs, space, cfg, seed=0, device=dev), repeats)
-        out[dev] = {"seconds": seconds, "ran_on": snap.meta.get("device")}
+        out[dev] = {"seconds": seconds, "ran_on": snap.meta.device}
     return out
 
 

@@ -141,8 +141,8 @@ def run_engine(n: int, device: str, seed: int) -> dict:
     t0 = time.perf_counter()
     snap = fit(list(zip(params, y.tolist(), strict=True)), space, cfg, seed=seed, device=device)
     return {"seconds": time.perf_counter() - t0, "surrogate": cfg.surrogate, "method": snap.method,
-            "n_candidates": int(snap.candidates.shape[0]), "ran_on": snap.meta.get("device"),
-            **({"device_fallback": snap.meta["device_fallback"]} if "device_fallback" in snap.meta else {})}
+            "n_candidates": int(snap.candidates.shape[0]), "ran_on": snap.meta.device,
+            **({"device_fallback": snap.meta.device_fallback} if snap.meta.device_fallback is not None else {})}
 
 
 def plan(row: str, n: int, prev: tuple[int, float] | None, cap: float) -> str | None:

@@ -237,7 +237,7 @@ def test_fit_and_select_are_symmetric_in_direction(name: str, n: int) -> None:
     np.testing.assert_array_equal(lo.raw, hi.raw)
     assert lo.best == hi.best
     # the snapshot works on warped values (engine.warp); its best maps back to the best observed
-    np.testing.assert_allclose(Warp.from_dict(lo.meta.get("warp")).inverse(lo.best), min(v for _, v in obs))
+    np.testing.assert_allclose(Warp.from_dict(lo.meta.warp).inverse(lo.best), min(v for _, v in obs))
     states = initial_states(cfg)
     a = select(lo, StudyState(2, states), space, cfg, count=3, direction="minimize", asked=n)
     b = select(hi, StudyState(2, states), space, cfg, count=3, direction="maximize", asked=n)

@@ -58,7 +58,7 @@ def test_with_no_feasible_observation_the_acquisition_seeks_feasibility() -> Non
     obs = [(p, objective(p)) for p in space.from_unit(space.sample(20, 4)) if budget(p) > 0.2][:12]
     cons = [[budget(p)] for p, _ in obs]
     snap = fit(obs, space, EngineConfig(n_candidates=400), seed=0, constraints=cons)
-    assert snap.meta["n_feasible"] == 0 and len(snap.heads) == 1
+    assert snap.meta.n_feasible == 0 and len(snap.heads) == 1
     back = Snapshot.from_bytes(snap.to_bytes())
     assert back.heads[0].kind == "constraint" and back.heads[0].threshold == snap.heads[0].threshold
     opt = Optimizer(SPACE, seed=1, constraints=["budget"], n_warmup=4)

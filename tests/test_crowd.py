@@ -68,7 +68,7 @@ def _line_snapshot(seed: int = 0):
 
 def test_the_believer_shrinks_toward_a_running_point_only_as_far_as_the_kernel_reaches() -> None:
     space, cfg, snap = _line_snapshot()
-    kernel = snap.meta["crowd"]["kernel"]
+    kernel = snap.meta.crowd["kernel"]
     ls = kernel["lengthscale"][0]
     b = Believer(kernel, space.features(snap.candidates), snap.raw, snap.levels)
     x = snap.candidates[:, 0]
@@ -102,7 +102,7 @@ def test_the_believer_keeps_its_answer_when_its_column_cache_fills(monkeypatch: 
     import calibo.engine.crowd as crowd
 
     space, cfg, snap = _line_snapshot()
-    kernel = snap.meta["crowd"]["kernel"]
+    kernel = snap.meta.crowd["kernel"]
     feats = space.features(snap.candidates)
     rows = [3, 17, 40, 41, 90, 3]
     roomy = Believer(kernel, feats, snap.raw, snap.levels)
@@ -158,7 +158,7 @@ def test_believer_falls_back_to_penalisation_without_a_gp() -> None:
     rng = np.random.default_rng(0)
     obs = [(p, branin(p)) for p in space.from_unit(space.sample_uniform(20, rng))]
     snap = fit(obs, space, cfg, seed=0)
-    assert "kernel" not in snap.meta["crowd"]
+    assert "kernel" not in snap.meta.crowd
     Q = snap.bounds.at(np.array([s.alpha for s in initial_states(cfg)]))
     assert Crowd(snap, space, Q).mode == "penalize"
 
@@ -248,8 +248,8 @@ def test_each_objective_is_conditioned_with_its_own_kernel() -> None:
     obs = [(p, f(p)) for p in space.from_unit(space.sample(10, 3))]
     cfg = EngineConfig(n_candidates=400)
     snap = fit(obs, space, cfg, seed=0, directions=["minimize", "minimize"])
-    (ls1,), (ls2,) = ([k["lengthscale"]] for k in [snap.meta["crowd"]["kernel"],
-                                                    *snap.meta["crowd"]["objective_kernels"]])
+    (ls1,), (ls2,) = ([k["lengthscale"]] for k in [snap.meta.crowd["kernel"],
+                                                    *snap.meta.crowd["objective_kernels"]])
     assert ls1[1] > 10 * ls1[0] and ls2[0] > 10 * ls2[1], "each fit finds its own relevant input"
     Q = snap.bounds.at(np.array([s.alpha for s in initial_states(cfg)]))
     view = Crowd(snap, space, Q)

@@ -38,7 +38,7 @@ def test_resolve_reads_the_setting_and_never_picks_a_missing_gpu(monkeypatch: py
 
 def test_a_cpu_fit_records_its_device() -> None:
     snap = fit(observations(40), SPACE, EngineConfig(n_candidates=50), device="cpu")
-    assert snap.meta["device"] == "cpu" and "device_fallback" not in snap.meta
+    assert snap.meta.device == "cpu" and snap.meta.device_fallback is None
 
 
 class CudaFails(QGP):
@@ -57,8 +57,8 @@ def test_a_cuda_error_refits_on_the_cpu_and_says_why(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(devices, "cuda_available", lambda: True)
     cfg = EngineConfig(surrogate="cuda-fails", n_candidates=50)
     snap = fit(observations(40), SPACE, cfg, device="cuda")
-    assert snap.meta["device"] == "cpu"
-    assert "CUDA failed" in snap.meta["device_fallback"] and "illegal memory" in snap.meta["device_fallback"]
+    assert snap.meta.device == "cpu"
+    assert "CUDA failed" in snap.meta.device_fallback and "illegal memory" in snap.meta.device_fallback
     ref = fit(observations(40), SPACE, EngineConfig(n_candidates=50), device="cpu")
     np.testing.assert_array_equal(snap.raw, ref.raw)  # the same fit the CPU would have made: nothing lost
 

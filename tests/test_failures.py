@@ -156,7 +156,7 @@ def test_an_optimizer_that_does_not_learn_from_failures_only_excludes_them_and_k
     restored = Optimizer.from_state_dict(json.loads(json.dumps(opt.state_dict())))
     assert restored.learn_failures is False and restored.snapshot.success is None
     opt.learn_failures = True  # the same trials, learnt from: a refit with the five failures
-    assert opt.snapshot.success is not None and opt.snapshot.meta["n_failed"] == 5
+    assert opt.snapshot.success is not None and opt.snapshot.meta.n_failed == 5
 
 
 def _optuna_run(learn: bool, seed: int, trials: int) -> tuple[int, Any]:

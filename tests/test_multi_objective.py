@@ -214,7 +214,7 @@ def test_a_multi_objective_snapshot_round_trips_through_storage_bytes() -> None:
     opt = run(zdt1, ["minimize", "minimize"], 20, 1)
     snap = opt.snapshot
     back = Snapshot.from_bytes(snap.to_bytes())
-    assert back.meta["directions"] == ["minimize", "minimize"]
+    assert back.meta.directions == ["minimize", "minimize"]
     np.testing.assert_allclose(back.observed_y, snap.observed_y)
     assert [h.kind for h in back.heads] == ["objective"]
 

@@ -106,7 +106,7 @@ def test_the_model_takes_over_once_it_ranks_held_out_results() -> None:
     first = _first_model_based_ask(seq, 1)
     assert 5 <= first < 15
     for n in range(5, first + 1):  # the rank test of the fit on each number of results, up to the first model ask
-        rank_p = fit(seq.observations[:n], seq.space, seq.config, seed=seq.seed).meta["rank_p"]
+        rank_p = fit(seq.observations[:n], seq.space, seq.config, seed=seq.seed).meta.rank_p
         assert (rank_p < 0.05) == (n == first), (n, rank_p)
     crowd = Optimizer(BRANIN_SPACE, seed=3, config=FAST)
     assert _first_model_based_ask(crowd, 8) < 22
@@ -126,7 +126,7 @@ def test_without_an_order_to_rank_the_warm_up_runs_to_n_warmup() -> None:
             firsts.append(i)
         opt.tell(s.params, 1.0)
         if len(opt.observations) >= 5:
-            assert opt.snapshot.meta["rank_p"] == 1.0  # all values equal: no order to predict
+            assert opt.snapshot.meta.rank_p == 1.0  # all values equal: no order to predict
     assert firsts[0] == 15
 
 

@@ -48,13 +48,13 @@ def test_an_update_equals_the_full_refit_with_the_same_hyperparameters(n: int, m
     cfg = config()
     tuned = Tuned.of(fit(obs[:n], SPACE, cfg, seed=3).meta)
     update = fit(obs, SPACE, cfg, seed=3, tuned=tuned)
-    assert update.meta["fit"]["kind"] == "update"
-    assert update.meta["tuned"] == tuned.to_dict()  # the next fit keeps them too
+    assert update.meta.fit.kind == "update"
+    assert update.meta.tuned == tuned.to_dict()  # the next fit keeps them too
 
     # the full refit whose tuning lands on those hyperparameters: its initial kernel has them, fixed
     monkeypatch.setattr(qgp, "_sklearn_kernel", lambda d, hyper=None: fixed_kernel(hyper or tuned.hyper[0]))
     full = fit(obs, SPACE, cfg, seed=3)
-    assert full.meta["fit"]["kind"] == "full"
+    assert full.meta.fit.kind == "full"
     assert update.method == full.method == ("cv+" if n < 50 else "split")
     np.testing.assert_array_equal(update.candidates, full.candidates)
     for name in ("raw", "scores", "fold_raw", "scale", "signal"):
@@ -72,9 +72,9 @@ def test_an_updated_cv_plus_fit_is_calibrated_by_the_rule_on_the_model_it_shows(
     cfg = config()
     tuned = Tuned.of(fit(obs[:30], SPACE, cfg, seed=5).meta)
     snap = fit(obs, SPACE, cfg, seed=5, tuned=tuned)
-    assert snap.meta["fit"]["kind"] == "update" and snap.method == "cv+"
+    assert snap.meta.fit.kind == "update" and snap.method == "cv+"
     X = SPACE.features(SPACE.to_unit([p for p, _ in obs]))
-    y = Warp.from_dict(snap.meta.get("warp")).forward(np.array([v for _, v in obs]))
+    y = Warp.from_dict(snap.meta.warp).forward(np.array([v for _, v in obs]))
     z = qgp.norm.ppf(snap.levels)
     Xc = SPACE.features(snap.candidates)
 
@@ -99,9 +99,9 @@ def test_the_schedule_refits_fully_as_the_data_grows_and_at_each_change_of_metho
     snap, full = None, []
     for n in range(5, 81):
         snap = fit(obs[:n], SPACE, cfg, seed=1, tuned=Tuned.of(snap.meta) if snap else None)
-        if snap.meta["fit"]["kind"] == "full":
+        if snap.meta.fit.kind == "full":
             full.append(n)
-            assert snap.meta["tuned"]["n_obs"] == n
+            assert snap.meta.tuned["n_obs"] == n
     assert full[0] == 5 and 40 in full  # the first fit, the switch to split
     for a, b in zip(full, full[1:], strict=False):  # never more than a quarter more data between full refits
         assert b <= int(np.ceil(a * (1 + RETUNE_GROWTH)))
@@ -126,8 +126,8 @@ def test_growth_zero_tunes_at_every_fit() -> None:
     cfg = config(surrogate_options={"retune_growth": 0.0})
     first = fit(obs[:39], SPACE, cfg, seed=1)
     again = fit(obs, SPACE, cfg, seed=1, tuned=Tuned.of(first.meta))
-    assert again.meta["fit"]["kind"] == "full"
-    assert "grew" in again.meta["fit"]["why"]
+    assert again.meta.fit.kind == "full"
+    assert "grew" in again.meta.fit.why
 
 
 def test_a_warp_that_moved_refits_fully() -> None:
@@ -136,23 +136,23 @@ def test_a_warp_that_moved_refits_fully() -> None:
     cfg = config()
     first = fit(calm, SPACE, cfg, seed=1)
     nxt = fit(wild, SPACE, cfg, seed=1, tuned=Tuned.of(first.meta))
-    assert abs(first.meta["warp"]["lam"] - nxt.meta["warp"]["lam"]) > 0.5
-    assert nxt.meta["fit"]["kind"] == "full"
-    assert "warp" in nxt.meta["fit"]["why"]
+    assert abs(first.meta.warp["lam"] - nxt.meta.warp["lam"]) > 0.5
+    assert nxt.meta.fit.kind == "full"
+    assert "warp" in nxt.meta.fit.why
 
 
 def test_surrogates_without_hyperparameters_to_keep_refit_fully() -> None:
     obs = observations(20)
     cfg = config(surrogate="qrf")
     first = fit(obs[:19], SPACE, cfg, seed=1)
-    assert "tuned" not in first.meta
-    assert fit(obs, SPACE, cfg, seed=1, tuned=Tuned.of(first.meta)).meta["fit"]["kind"] == "full"
+    assert first.meta.tuned is None
+    assert fit(obs, SPACE, cfg, seed=1, tuned=Tuned.of(first.meta)).meta.fit.kind == "full"
 
 
 @pytest.mark.parametrize("bad", [None, {}, {"hyper": "x"}, {"n_obs": 3, "method": "cv+", "hyper": [{}], "warps": []}])
 def test_an_unreadable_stored_tuning_is_a_full_refit(bad) -> None:
     assert Tuned.from_dict(bad) is None
-    assert fit(observations(12), SPACE, config(), seed=1, tuned=Tuned.from_dict(bad)).meta["fit"]["kind"] == "full"
+    assert fit(observations(12), SPACE, config(), seed=1, tuned=Tuned.from_dict(bad)).meta.fit.kind == "full"
 
 
 def test_the_optimizer_updates_between_full_refits() -> None:
@@ -162,7 +162,7 @@ def test_the_optimizer_updates_between_full_refits() -> None:
         p = opt.ask()[0].params
         opt.tell(p, 2 * p["x0"] + np.sin(4 * p["x1"]))
         if opt.snapshot is not None:
-            kinds.append(opt.snapshot.meta["fit"]["kind"])
+            kinds.append(opt.snapshot.meta.fit.kind)
     assert kinds.count("update") > kinds.count("full") > 0
 
 

@@ -17,6 +17,7 @@ from calibo.engine import (
     fit,
     select,
 )
+from calibo.engine.snapshot import FitKind, SnapshotMeta
 from calibo.engine.state import initial_states
 from calibo.engine.warp import Warp
 
@@ -97,7 +98,7 @@ def test_maximize_snapshot_round_trip(acquisition: str) -> None:
     back = Snapshot.from_bytes(snap.to_bytes())
     assert back.best == snap.best and back.meta == snap.meta
     # minimise orientation, on the warped scale the snapshot carries (engine.warp)
-    np.testing.assert_allclose(Warp.from_dict(snap.meta["warp"]).inverse(snap.best), -max(v for _, v in obs))
+    np.testing.assert_allclose(Warp.from_dict(snap.meta.warp).inverse(snap.best), -max(v for _, v in obs))
     states = initial_states(cfg)
     x = select(snap, StudyState(2, states), SPACE, cfg, count=2, direction="maximize", asked=40)
     y = select(back, StudyState(2, states), SPACE, cfg, count=2, direction="maximize", asked=40)
@@ -110,14 +111,54 @@ def test_hand_built_snapshot_stores_float32_quantiles() -> None:
     levels = (np.arange(4) + 0.5) / 4
     raw = np.sort(rng.normal(size=(6, 4)), axis=1)  # float64, not yet rounded
     snap = Snapshot(n_obs=10, method="raw", levels=levels, candidates=SPACE.sample(6, 0), raw=raw,
-                    best=-1.25, observed=SPACE.sample(10, 1), meta={"note": "x", "k": [1, 2]})
+                    best=-1.25, observed=SPACE.sample(10, 1), meta=SnapshotMeta(rank_p=0.5, fit=FitKind("update", "x")))
     back = Snapshot.from_bytes(snap.to_bytes())
     np.testing.assert_array_equal(back.raw, raw.astype(np.float32).astype(np.float64))
     np.testing.assert_allclose(back.raw, raw, rtol=1e-6)
     np.testing.assert_array_equal(back.candidates, snap.candidates)  # unit rows keep float64
     np.testing.assert_array_equal(back.observed, snap.observed)
     assert back.scores is None and back.fold_raw is None and back.fold_of is None
-    assert back.meta == {"note": "x", "k": [1, 2]} and back.best == -1.25 and back.method == "raw"
+    assert back.meta == SnapshotMeta(rank_p=0.5, fit=FitKind("update", "x")) and back.best == -1.25
+    assert back.method == "raw"
+
+
+def header_meta(data: bytes) -> dict:
+    with np.load(io.BytesIO(data)) as z:
+        return json.loads(bytes(z["header"]).decode())["meta"]
+
+
+def test_meta_round_trips_and_reads_the_stored_form() -> None:
+    """``Snapshot.meta`` is a ``SnapshotMeta``; its stored form is the dict the header always held:
+    bytes written round-trip to an equal meta, and a header's meta dict in that form (keys only where
+    a fit set them, in the order it set them) loads and is written back as the same dict."""
+    cfg = EngineConfig(surrogate="qgp", n_candidates=60)
+    snap = fit(observations(20), SPACE, cfg, seed=1, constraints=[[0.5 - c["a"]] for c, _ in observations(20)])
+    data = snap.to_bytes()
+    back = Snapshot.from_bytes(data)
+    assert isinstance(back.meta, SnapshotMeta) and back.meta == snap.meta
+    assert header_meta(back.to_bytes()) == header_meta(data) == snap.meta.to_dict()
+    assert list(header_meta(data)) == ["device", "rank_p", "crowd", "fit", "tuned", "warp", "n_feasible"]
+    old = {"device": "cpu", "rank_p": 0.01, "crowd": {"kernel": {"outputscale": 1.5, "lengthscale": [0.2, 0.3],
+                                                                  "noise": 0.01}},
+           "fit": {"kind": "full", "why": "first"}}
+    richer = old | {"tuned": {"n_obs": 20, "method": "raw", "hyper": [], "warps": [None]},
+                    "warp": {"kind": "yeo-johnson", "lam": 0.7, "loc": 0.1, "scale": 2.0}, "n_feasible": 0,
+                    "n_failed": 3, "directions": ["minimize", "maximize"], "device_fallback": "CUDA failed"}
+    for stored in (old, richer):
+        raw = np.sort(np.random.default_rng(0).normal(size=(6, 4)), axis=1).astype(np.float32)
+        loaded = Snapshot.from_bytes(npz(HEADER | {"meta": stored}, levels=(np.arange(4) + 0.5) / 4,
+                                         candidates=SPACE.sample(6, 0), raw=raw, observed=SPACE.sample(3, 1)))
+        assert loaded.meta == SnapshotMeta.from_dict(stored)
+        assert loaded.meta.to_dict() == stored and list(loaded.meta.to_dict()) == list(stored)
+        assert header_meta(loaded.to_bytes()) == stored
+    meta = SnapshotMeta.from_dict(old)
+    assert (meta.rank_p, meta.fit, meta.crowd["kernel"]["noise"]) == (0.01, FitKind("full", "first"), 0.01)
+    assert meta.tuned is meta.warp is meta.n_feasible is meta.directions is meta.device_fallback is None
+    assert meta.n_failed == 0
+    rich = SnapshotMeta.from_dict(richer)
+    assert (rich.n_feasible, rich.n_failed, rich.directions) == (0, 3, ["minimize", "maximize"])
+    # a snapshot stored before any of these keys: the defaults the readers took
+    assert SnapshotMeta.from_dict({}) == SnapshotMeta() and SnapshotMeta().fit.kind == "full"
 
 
 def test_a_snapshot_stored_with_covariate_shift_weights_loads_unweighted() -> None:

@@ -47,7 +47,7 @@ def test_split_conformal_coverage_through_the_engine(name: str) -> None:
         snap = fit(observations(X, y), SPACE, config(name), seed=r, candidates=Xt, device="cpu")
         assert snap.method == "split"
         Q = snap.bounds.at(ALPHAS)  # on the snapshot's warped scale (engine.warp): a monotone map
-        yw = Warp.from_dict(snap.meta.get("warp")).forward(yt)
+        yw = Warp.from_dict(snap.meta.warp).forward(yt)
         L = Q.shape[1]
         covs.append([np.mean((Q[:, j] <= yw) & (yw <= Q[:, L - 1 - j])) for j in range(ALPHAS.size)])
     cov = np.mean(covs, axis=0)
@@ -68,7 +68,7 @@ def test_snapshot_round_trip_and_seeded_fits(name: str) -> None:
     for part in ("raw", "scores", "scale", "candidates"):
         a, b = getattr(snap, part), getattr(back, part)
         assert (a is None and b is None) or np.array_equal(a, b), part
-    assert back.surrogate == name and back.meta["device"] == "cpu"
+    assert back.surrogate == name and back.meta.device == "cpu"
     state = StudyState.initial(cfg, 1)
     x = select(snap, state, SPACE, cfg, count=3, asked=70)
     z = select(back, state, SPACE, cfg, count=3, asked=70)

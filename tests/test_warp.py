@@ -86,7 +86,7 @@ def test_predictions_come_back_in_user_units_and_adapt_reads_them() -> None:
         cfg = EngineConfig(n_candidates=300, conformal="split")
         data = [(p, sign * v) for p, v in obs]
         snap = fit(data, space, cfg, direction, seed=1)
-        assert snap.meta["warp"]["lam"] < 0.6  # the heavy tail is compressed
+        assert snap.meta.warp["lam"] < 0.6  # the heavy tail is compressed
         state = StudyState.initial(cfg, 1)
         (s,) = select(snap, state, space, cfg, direction=direction, asked=60)
         pred = s.prediction.outcomes[0]
@@ -122,7 +122,7 @@ def test_conformal_coverage_holds_on_a_heavy_tailed_objective(kind: str) -> None
         snap = fit(obs, space, cfg, seed=r, candidates=space.to_unit(test))
         states = initial_states(cfg)
         alphas = np.array([s.alpha for s in states])
-        w = Warp.from_dict(snap.meta.get("warp"))
+        w = Warp.from_dict(snap.meta.warp)
         Q = w.inverse(snap.bounds.at(alphas))
         y = np.array([noisy(p) for p in test])
         L = Q.shape[1]

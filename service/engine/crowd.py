@@ -42,7 +42,7 @@ A fixed exclusion radius around every running point, and penalisation of GP
 surrogates too, were measured against the believer and left the product
 (``docs/benchmarks/crowd.md``).
 
-``fit`` stores what these need in ``snapshot.meta["crowd"]`` (kernel
+``fit`` stores what these need in ``snapshot.meta.crowd`` (kernel
 hyperparameters in target units, ``L``); ``select`` pays ``O(N P F)`` for ``P``
 running points and ``N`` candidates with ``F`` features.
 """
@@ -90,7 +90,7 @@ def lipschitz(cand: np.ndarray, med: np.ndarray) -> float:
 
 def fit_info(model: Any, cand: np.ndarray, raw: np.ndarray,
              objective_models: Sequence[Any] = ()) -> dict[str, Any]:
-    """What ``select`` needs to condition on running points, stored as ``meta["crowd"]``.
+    """What ``select`` needs to condition on running points, stored as ``meta.crowd``.
 
     The GP kernels cost nothing to keep (``objective_models``: the models of a multi-objective
     study's further objectives, each conditioned with its own kernel); the Lipschitz constant
@@ -302,7 +302,7 @@ class Crowd:
     """
 
     def __init__(self, snapshot: Any, space: Any, Q: np.ndarray) -> None:
-        info = snapshot.meta.get("crowd") or {}
+        info = snapshot.meta.crowd
         self.cand = snapshot.candidates
         self.levels = snapshot.levels
         self.best = snapshot.best

@@ -23,7 +23,7 @@ from .failures import log_success
 from .outcomes import check_directions, sign_of
 from .retune import Tuned, plan, warp_moved
 from .scoring import MultiScore, narrows, with_feasibility
-from .snapshot import Head, Snapshot
+from .snapshot import FitKind, Head, Snapshot, SnapshotMeta
 from .space import SearchSpace
 from .surrogates import BaseSurrogate, make_surrogate
 from .warp import Warp, fit_warp
@@ -47,7 +47,7 @@ def fit(
 
     ``tuned``: the hyperparameters of the study's newest full refit (``Tuned.of(snapshot.meta)`` of
     its newest snapshot). Unless a full refit is due (``retune.plan``), the fit keeps them: an
-    update. The snapshot's ``meta["fit"]`` says which kind it was and why, ``meta["tuned"]`` what
+    update. The snapshot's ``meta.fit`` says which kind it was and why, ``meta.tuned`` what
     the next fit keeps.
 
     ``directions`` (2 to 4): several objectives; each observation's value is then a list, one value
@@ -85,7 +85,7 @@ def fit(
             snap = _fit(observations, space, config, direction, seed, candidates, "cpu", pending, constraints,
                         directions, failed, tuned)
     if why:
-        snap.meta["device_fallback"] = why
+        snap.meta.device_fallback = why
     return snap
 
 
@@ -126,9 +126,9 @@ class _Outcome:
 
 def _outcomes(values: Sequence[np.ndarray], seeds: Sequence[int], config: EngineConfig,
               make: Callable[[dict[str, Any] | None], BaseSurrogate], X: np.ndarray, method: str,
-              tuned: Tuned | None) -> tuple[list[_Outcome], dict[str, Any], Tuned | None]:
+              tuned: Tuned | None) -> tuple[list[_Outcome], FitKind, Tuned | None]:
     """Every modelled outcome's fit, a full refit or an update of ``tuned`` (``retune``): the
-    outcomes, what ``meta["fit"]`` says of the fit, and the hyperparameters the next fit keeps."""
+    outcomes, what ``meta.fit`` says of the fit, and the hyperparameters the next fit keeps."""
     warps = [fit_warp(config.warp, v) for v in values]
     shapes = [None if w.identity else w.to_dict() for w in warps]
     kept, why = plan(tuned, config.surrogate, config.surrogate_options, X.shape[0], method, len(values), X.shape[1])
@@ -142,8 +142,8 @@ def _outcomes(values: Sequence[np.ndarray], seeds: Sequence[int], config: Engine
         found = [o.hyperparameters() for o in outs]
         kept = (Tuned(X.shape[0], method, tuple(h for h in found if h is not None), tuple(shapes))
                 if all(h is not None for h in found) else None)
-        return outs, {"kind": "full", "why": why}, kept
-    return outs, {"kind": "update", "why": why}, kept
+        return outs, FitKind("full", why), kept
+    return outs, FitKind("update", why), kept
 
 
 def _incumbent(y: np.ndarray, feasible: np.ndarray) -> float:
@@ -242,21 +242,21 @@ def _fit(observations: Sequence[tuple[dict[str, Any], Any]], space: SearchSpace,
     mine = _at_candidates(cf, Xc, levels)
     raw = mine["raw"]
     heads = _heads(objs, cons, signs, thresholds, feasible, Xc, levels)
-    meta: dict[str, Any] = {"device": cf.model.ran_on, "rank_p": _rank_p([main] + objs),
-            "crowd": crowd.fit_info(cf.model, cand, raw, [o.cf.model for o in objs]), "fit": fit_kind}
+    meta = SnapshotMeta(device=cf.model.ran_on, rank_p=_rank_p([main] + objs),
+                        crowd=crowd.fit_info(cf.model, cand, raw, [o.cf.model for o in objs]), fit=fit_kind)
     if tuned is not None:
-        meta["tuned"] = tuned.to_dict()
+        meta.tuned = tuned.to_dict()
     if not warp.identity:
-        meta["warp"] = warp.to_dict()
+        meta.warp = warp.to_dict()
     if cons:
-        meta["n_feasible"] = int(feasible.sum())
+        meta.n_feasible = int(feasible.sum())
     success = None
     if failed:  # its own seed: a study without failures draws as before
         learned = log_success(space, U, space.to_unit(list(failed)), cand, fit_seed + 7)
         success = None if learned is None else _f32(learned)
-        meta["n_failed"] = len(failed)
+        meta.n_failed = len(failed)
     if objs:
-        meta["directions"] = list(dirs)
+        meta.directions = list(dirs)
     return Snapshot(
         n_obs=n, method=cf.method, levels=levels, candidates=cand, raw=raw, best=best, observed=U,
         scores=cf.scores, fold_raw=mine["fold_raw"], fold_of=cf.fold_of, scale=mine["scale"],

@@ -2,12 +2,12 @@
 
 Tuning a GP's hyperparameters (L-BFGS on the marginal likelihood, ``surrogates.qgp``) is the
 largest part of a fit below a few hundred observations, and one more observation barely moves
-them. So a fit is one of two kinds, and its snapshot says which (``meta["fit"]``):
+them. So a fit is one of two kinds, and its snapshot says which (``meta.fit``):
 
 * ``full``: every outcome's hyperparameters are tuned on the data (the fit of a study's first
   snapshot, and of each refit the schedule below calls for);
 * ``update``: every outcome's model keeps the hyperparameters of the newest full refit (``Tuned``,
-  carried on each snapshot as ``meta["tuned"]``) and is conditioned on every observation with
+  carried on each snapshot as ``meta.tuned``) and is conditioned on every observation with
   them. Everything else is the fit's own: the warp is fitted to the values, the conformal method's
   models (CV+ folds, split's split model) are refitted with the kept kernel, and the calibration
   scores are the method's rule on those models, by the same code as a full refit's. An update is
@@ -42,12 +42,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from .warp import Warp
+
+if TYPE_CHECKING:
+    from .snapshot import SnapshotMeta
 
 RETUNE_GROWTH = 0.25
 WARP_MOVE = 0.1
@@ -88,9 +91,9 @@ class Tuned:
             return None
 
     @classmethod
-    def of(cls, meta: dict[str, Any] | None) -> Tuned | None:
+    def of(cls, meta: SnapshotMeta | None) -> Tuned | None:
         """What a snapshot's ``meta`` carries for the next fit."""
-        return cls.from_dict((meta or {}).get("tuned"))
+        return cls.from_dict(meta.tuned if meta is not None else None)
 
 
 def growth(options: dict[str, Any]) -> float:

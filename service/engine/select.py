@@ -97,8 +97,8 @@ def _prediction(snap: Snapshot, row: int, Q: np.ndarray, alphas: np.ndarray, sig
                 for h, (Qh, ah) in zip(snap.heads, heads, strict=True) if h.kind == kind]
 
     outcomes = [_outcome(snap.bounds, snap.method, snap.levels, row, Q, alphas, sign,
-                         Warp.from_dict(snap.meta.get("warp")))]
-    if snap.meta.get("directions"):
+                         Warp.from_dict(snap.meta.warp))]
+    if snap.meta.directions:
         outcomes += of("objective")
     constrained = any(h.kind == "constraint" for h in snap.heads)
     return Prediction(outcomes, snap.surrogate, snap.n_obs, acquisition, _finite(score),
@@ -173,7 +173,7 @@ def select(
     rng = np.random.default_rng([seed, asked, 11])
     pend_unit, pend_keys, busy_keys = _busy(space, pending, exclude, exclude_keys)
     n_obs = snapshot.n_obs if n_observed is None and snapshot is not None else (n_observed or 0)
-    if snapshot is None or not config.warmed_up(n_obs, snapshot.meta.get("rank_p")):
+    if snapshot is None or not config.warmed_up(n_obs, snapshot.meta.rank_p):
         if snapshot is not None:
             busy_keys |= set(space.keys(snapshot.observed))
         pts = warmup_points(space, seed, asked, count, busy_keys)
@@ -184,7 +184,7 @@ def select(
     alphas = np.array([s.alpha for s in state.states], dtype=float)
     Q = snapshot.bounds.at(alphas)  # what each suggestion's prediction reports, and adapt scores
     raw_search = snapshot.n_obs < SEARCH_CONFORMALIZED_FROM
-    narrowed = narrows(config, several=bool(snapshot.meta.get("directions")))
+    narrowed = narrows(config, several=bool(snapshot.meta.directions))
     view = crowd.Crowd(snapshot, space,
                        scored(_searched(Q, snapshot.raw, raw_search), snapshot.signal if narrowed else None))
     if pending:
@@ -322,19 +322,19 @@ def _scoring(snapshot: Snapshot, config: EngineConfig, view: crowd.Crowd,
              rng: np.random.Generator, mo_rng: np.random.Generator) -> tuple[Any, str, _Kind]:
     """The scoring a select applies to the candidates (``view.scores`` calls it with the crowd's
     quantiles and incumbent), the acquisition's name for the crowd penalty, and its kind."""
-    any_feasible = snapshot.meta.get("n_feasible", 1) > 0
+    any_feasible = snapshot.meta.n_feasible is None or snapshot.meta.n_feasible > 0
     # what the acquisition is weighed by: the probability of satisfying the constraints and of running
     # at all (the failure model's, engine.failures), both calibrated, taken as independent
     log_ok = log_pf
     if snapshot.success is not None:
         log_ok = snapshot.success if log_ok is None else log_ok + snapshot.success
     acquisition, mo, Qs = config.acquisition, None, []
-    dirs = snapshot.meta.get("directions")
+    dirs = snapshot.meta.directions
     if dirs:  # several objectives: the first is the snapshot's own outcome, the others its objective heads
         objective = [i for i, h in enumerate(snapshot.heads) if h.kind == "objective"]
         Qs = [view.Q] + [scored(_searched(heads[i][0], snapshot.heads[i].raw, raw_search),
                                 snapshot.heads[i].signal) for i in objective]
-        warps = [Warp.from_dict(snapshot.meta.get("warp"))] + [Warp.from_dict(snapshot.heads[i].warp)
+        warps = [Warp.from_dict(snapshot.meta.warp)] + [Warp.from_dict(snapshot.heads[i].warp)
                                                               for i in objective]
         assert snapshot.observed_y is not None and snapshot.observed_ok is not None  # kept by every multi-objective fit
         mo = MultiScore(config, [sign_of(d) for d in dirs], snapshot.observed_y, snapshot.observed_ok, warps,

@@ -65,6 +65,66 @@ class Head:
         return self._bounds
 
 
+@dataclass(frozen=True)
+class FitKind:
+    """Which kind of fit made a snapshot (``engine.retune``) and why; stored as ``{"kind", "why"}``."""
+
+    kind: str = "full"  # full (hyperparameters tuned) | update (the full refit's kept)
+    why: str = ""  # the plan's reason
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "why": self.why}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> FitKind:
+        d = d or {}
+        return cls(d.get("kind", "full"), d.get("why", ""))
+
+
+@dataclass
+class SnapshotMeta:
+    """What a fit says of itself beside its arrays. ``to_dict`` is the stored form, the header's
+    ``meta``: the first four keys always, each other one only where the fit set it (not None; for
+    ``n_failed``, not 0). ``from_dict`` reads any stored form, a missing key as its default."""
+
+    device: str = "cpu"  # where the surrogate trained: cpu | cuda
+    rank_p: float | None = None  # the warm-up's rank test p-value (fit._rank_p); None: no fold models
+    crowd: dict[str, Any] = field(default_factory=dict)  # crowd.fit_info: GP kernels or a Lipschitz constant
+    fit: FitKind = field(default_factory=FitKind)  # full refit or update, and why
+    tuned: dict[str, Any] | None = None  # Tuned.to_dict, what the next fit keeps; None: nothing to keep
+    warp: dict[str, Any] | None = None  # the objective's output warp (Warp.to_dict); None: identity
+    n_feasible: int | None = None  # feasible observations; None: no constraints
+    n_failed: int = 0  # failed configurations the fit learned from
+    directions: list[str] | None = None  # several objectives' directions; None: one objective
+    device_fallback: str | None = None  # why a CUDA fit was refitted on the CPU
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"device": self.device, "rank_p": self.rank_p, "crowd": self.crowd,
+                               "fit": self.fit.to_dict()}
+        if self.tuned is not None:
+            out["tuned"] = self.tuned
+        if self.warp is not None:
+            out["warp"] = self.warp
+        if self.n_feasible is not None:
+            out["n_feasible"] = self.n_feasible
+        if self.n_failed:
+            out["n_failed"] = self.n_failed
+        if self.directions is not None:
+            out["directions"] = self.directions
+        if self.device_fallback is not None:
+            out["device_fallback"] = self.device_fallback
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SnapshotMeta:
+        if not isinstance(d, dict):
+            raise ValueError("the header's meta is not an object")
+        return cls(device=d.get("device", "cpu"), rank_p=d.get("rank_p"), crowd=d.get("crowd") or {},
+                   fit=FitKind.from_dict(d.get("fit")), tuned=d.get("tuned"), warp=d.get("warp"),
+                   n_feasible=d.get("n_feasible"), n_failed=d.get("n_failed", 0), directions=d.get("directions"),
+                   device_fallback=d.get("device_fallback"))
+
+
 @dataclass
 class Snapshot:
     n_obs: int  # observations the surrogate was fitted on
@@ -88,7 +148,7 @@ class Snapshot:
     signal: np.ndarray | None = None
     surrogate: str = ""
     fit_seconds: float = 0.0
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: SnapshotMeta = field(default_factory=SnapshotMeta)
     heads: list[Head] = field(default_factory=list)  # constraints / further objectives, same candidates
     # several objectives: every observation's objectives (n, m; minimise orientation, warped) and
     # whether it was feasible (n,): the Pareto front and reference point of the multi-objective select
@@ -142,7 +202,7 @@ class Snapshot:
             "best": self.best,
             "surrogate": self.surrogate,
             "fit_seconds": self.fit_seconds,
-            "meta": self.meta,
+            "meta": self.meta.to_dict(),
         }
         if self.heads:
             header["heads"] = [{"kind": h.kind, "threshold": h.threshold, "best": h.best, "sign": h.sign,
@@ -184,7 +244,7 @@ class Snapshot:
                 best=float(header["best"]),
                 surrogate=header.get("surrogate", ""),
                 fit_seconds=header.get("fit_seconds", 0.0),
-                meta=header.get("meta", {}),
+                meta=SnapshotMeta.from_dict(header.get("meta", {})),
                 levels=arrays["levels"],
                 candidates=arrays["candidates"],
                 raw=arrays["raw"],

@@ -38,9 +38,8 @@ class FitResult:
 
     @classmethod
     def of(cls, snap: Snapshot) -> FitResult:
-        return cls(snap.n_obs, snap.method, snap.fit_seconds, snap.meta.get("device", "cpu"), snap.to_bytes(),
-                   snap.meta.get("device_fallback"), int(snap.meta.get("n_failed", 0)),
-                   snap.meta.get("fit", {}).get("kind", "full"), snap.meta.get("tuned"))
+        return cls(snap.n_obs, snap.method, snap.fit_seconds, snap.meta.device, snap.to_bytes(),
+                   snap.meta.device_fallback, snap.meta.n_failed, snap.meta.fit.kind, snap.meta.tuned)
 
     def __repr__(self) -> str:
         return reprs.build(self, ("n_obs", str(self.n_obs)), ("method", repr(self.method)),
