@@ -56,7 +56,8 @@ class Metrics:
                               ["device"], buckets=FIT_BUCKETS, registry=r)
         self.fit_failures = Counter("calibo_fit_failures", "fits of this process's pool that raised", registry=r)
         self.fit_kinds = Counter("calibo_fits", "fits of this process's pool stored, by kind: full (hyperparameters "
-                                 "tuned) or update (kept; engine.retune)", ["kind"], registry=r)
+                                 "tuned), update (kept; engine.retune) or extend (the newest snapshot "
+                                 "extended at its candidates; engine.extend)", ["kind"], registry=r)
         self.fit_phases = Histogram("calibo_fit_phase_seconds", "fit jobs of this process's pool, by phase: load "
                                     "(read the study), fit (the engine), encode (the snapshot's bytes), store "
                                     "(write it)", ["phase"], buckets=LATENCY_BUCKETS, registry=r)

@@ -1,6 +1,7 @@
-"""Full refits and updates in the service (``engine.retune``), over HTTP on SQLite and PostgreSQL: between
-full refits a tell's fit is an update, a full refit comes once the data grew by a quarter, and the
-study's status and ``/metrics`` say which kind each fit was."""
+"""Full refits, updates and extends in the service (``engine.retune``, ``engine.extend``), over HTTP on
+SQLite and PostgreSQL: between full refits a tell's fit keeps the hyperparameters (an extend of the
+newest snapshot, or an update where a new best calls for new candidates), a full refit comes once the
+data grew by a quarter, and the study's status and ``/metrics`` say which kind each fit was."""
 
 from __future__ import annotations
 
@@ -66,11 +67,39 @@ def test_fits_keep_the_hyperparameters_until_the_data_grew_by_a_quarter(http: ht
     for n in (13, 14, 15):  # 15 >= 12 * 1.25: the data grew by a quarter
         add(http, sid, rng, 1)
         kinds.append(settled(http, sid, n)["fit_kind"])
-    assert kinds == ["update", "update", "full"]
+    assert kinds[0] in ("update", "extend") and kinds[1] in ("update", "extend") and kinds[2] == "full"
     after = fits(http)
     # the server is the session's and other tests fit on it too: at least this study's own fits
-    assert after.get("update", 0) - before.get("update", 0) >= 2
+    kept = sum(after.get(k, 0) - before.get(k, 0) for k in ("update", "extend"))
+    assert kept >= 2
     assert after.get("full", 0) - before.get("full", 0) >= 1
+
+
+def tell_one(http: httpx.Client, sid: int, p: dict[str, float]) -> None:
+    r = http.post(f"/v1/studies/{sid}/trials", json={"params": p, "value": value(p), "state": "complete"})
+    assert r.status_code == 201, r.text
+
+
+def test_a_tell_that_finds_no_new_best_extends_the_newest_snapshot_and_a_new_best_draws_again(
+        http: httpx.Client) -> None:
+    rng = np.random.default_rng(4)
+    r = http.post("/v1/studies", json={"name": unique("extend"), "space": BOX, "settings": SETTINGS})
+    sid = r.json()["id"]
+    add(http, sid, rng, 20)
+    settled(http, sid, 20)
+    before = fits(http)
+    kinds = []
+    for n, x0 in ((21, 0.9), (22, 0.95)):  # 2 * x0 >= 1.8: far from the best value
+        tell_one(http, sid, {"x0": x0, "x1": 0.5, "x2": 0.5})
+        kinds.append(settled(http, sid, n)["fit_kind"])
+        ask = http.post(f"/v1/studies/{sid}/ask", json={})  # served from the extended snapshot
+        assert ask.status_code == 200, ask.text
+        tell = http.post(f"/v1/studies/{sid}/trials/{ask.json()['trials'][0]['id']}/tell", json={"state": "pruned"})
+        assert tell.status_code == 200, tell.text
+    assert kinds == ["extend", "extend"]
+    tell_one(http, sid, {"x0": 0.0, "x1": 1.0, "x2": 0.0})  # sin(4): the box's least value, a new best
+    assert settled(http, sid, 23)["fit_kind"] in ("update", "full")
+    assert fits(http).get("extend", 0) - before.get("extend", 0) >= 2
 
 
 def test_metrics_split_a_sequential_trial_into_the_wait_and_the_fit_jobs_phases(http: httpx.Client) -> None:

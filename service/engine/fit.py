@@ -11,7 +11,7 @@ from functools import partial
 from typing import Any, cast
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from . import acquisition as acq
 from . import crowd, multi
@@ -19,11 +19,13 @@ from . import device as devices
 from .candidates import candidate_set, local_search
 from .config import LOCAL_SEARCH, EngineConfig
 from .conformal import conformalize, schedule
+from .extend import carry, extend
 from .failures import log_success
+from .incumbent import improvable, incumbent
 from .outcomes import check_directions, sign_of
 from .retune import Tuned, plan, warp_moved
 from .scoring import MultiScore, narrows, with_feasibility
-from .snapshot import FitKind, Head, Snapshot, SnapshotMeta
+from .snapshot import FitKind, Head, Snapshot, SnapshotMeta, as_stored
 from .space import SearchSpace
 from .surrogates import BaseSurrogate, make_surrogate
 from .warp import Warp, fit_warp
@@ -42,6 +44,7 @@ def fit(
     directions: Sequence[str] | None = None,
     failed: Sequence[dict[str, Any]] = (),
     tuned: Tuned | None = None,
+    previous: Snapshot | None = None,
 ) -> Snapshot:
     """Train, conformalize and score a fresh candidate set. Deterministic in its inputs.
 
@@ -49,6 +52,10 @@ def fit(
     its newest snapshot). Unless a full refit is due (``retune.plan``), the fit keeps them: an
     update. The snapshot's ``meta.fit`` says which kind it was and why, ``meta.tuned`` what
     the next fit keeps.
+
+    ``previous``: the study's newest snapshot. Where it can be brought up to date at its own
+    candidates (``engine.extend``: a few observations more, none of them a new best, the same
+    hyperparameters), the snapshot is that extend, O(N n) instead of a fit's O(N n^2).
 
     ``directions`` (2 to 4): several objectives; each observation's value is then a list, one value
     per objective. The first objective is the snapshot's own outcome, each further one a head of
@@ -74,7 +81,13 @@ def fit(
     where, why = devices.resolve(device)
     # The matrices here are small (n <= a few thousand): multithreaded BLAS only
     # adds spin-waiting, badly so when the cores are shared (7x slower measured).
-    with threadpool_limits(1, user_api="blas"):
+    with _blas().limit(limits=1, user_api="blas"):
+        one_outcome = not failed and (directions is None or len(directions) < 2) and not any(
+            len(c) for c in constraints or ())
+        extended = extend(previous, observations, space, config, direction, seed, where, pending,
+                          tuned) if one_outcome else None
+        if extended is not None:
+            return extended
         try:
             snap = _fit(observations, space, config, direction, seed, candidates, where, pending, constraints,
                         directions, failed, tuned)
@@ -89,20 +102,35 @@ def fit(
     return snap
 
 
+_controller: ThreadpoolController | None = None
+
+
+def _blas() -> ThreadpoolController:
+    """The process's thread pools, found once: ``threadpool_limits`` looks for them again at every
+    call (5 ms of reading the process's memory map, a third of an extend). The engine's BLAS
+    libraries (numpy's, scipy's, scikit-learn's) are loaded when it is imported, before any fit."""
+    global _controller
+    if _controller is None:
+        _controller = ThreadpoolController()
+    return _controller
+
+
 class FitCache:
     """One study's newest snapshot, fitted again only when what it is fitted on changes (``key``),
-    each fit handed what the one before it tuned (``engine.retune``): the snapshot cache of the
-    in-process homes (``Optimizer``, ``CaliboSampler``; the service keeps its snapshots stored)."""
+    each fit handed what the one before it tuned (``engine.retune``) and the snapshot itself (which
+    it may extend, ``engine.extend``): the snapshot cache of the in-process homes (``Optimizer``,
+    ``CaliboSampler``; the service keeps its snapshots stored)."""
 
-    def __init__(self, tuned: Tuned | None = None) -> None:
-        self.key: Any = None
-        self.snapshot: Snapshot | None = None
+    def __init__(self, tuned: Tuned | None = None, snapshot: Snapshot | None = None, key: Any = None) -> None:
+        self.key: Any = key
+        self.snapshot: Snapshot | None = snapshot
         self.tuned = tuned  # what the newest fit hands the next one
 
-    def get(self, key: Any, fit_with: Callable[[Tuned | None], Snapshot]) -> Snapshot:
-        """The snapshot fitted on ``key``: the newest one, or ``fit_with(tuned)``'s when ``key`` changed."""
+    def get(self, key: Any, fit_with: Callable[[Tuned | None, Snapshot | None], Snapshot]) -> Snapshot:
+        """The snapshot fitted on ``key``: the newest one, or ``fit_with(tuned, newest)``'s when
+        ``key`` changed."""
         if self.snapshot is None or self.key != key:
-            self.snapshot = fit_with(self.tuned)
+            self.snapshot = fit_with(self.tuned, self.snapshot)
             self.key = key
             self.tuned = Tuned.of(self.snapshot.meta)
         return self.snapshot
@@ -146,45 +174,6 @@ def _outcomes(values: Sequence[np.ndarray], seeds: Sequence[int], config: Engine
     return outs, FitKind("update", why), kept
 
 
-def _incumbent(y: np.ndarray, feasible: np.ndarray) -> float:
-    """What an improvement acquisition improves on (warped, minimised): the best feasible observed
-    value (the best of all when none is feasible)."""
-    rows = np.flatnonzero(feasible) if feasible.any() else np.arange(y.size)
-    return float(y[rows].min())
-
-
-def quantum(values: np.ndarray) -> float:
-    """The step of a quantized metric at its incumbent: where the best value was observed more than
-    once (a tie; distinct configurations of a continuous metric do not tie), the smallest step
-    between distinct observed values; else 0. Accuracy on a small dataset moves in steps of one
-    sample, and a plateau repeats one value. Values within 1e-9 of their range count as one."""
-    v = np.sort(np.asarray(values, dtype=float))
-    if v.size < 2:
-        return 0.0
-    half = 0.5 * v  # distances of halves: outcomes near +-1.8e308 span more than the largest float
-    tol = 1e-9 * max(float(half[-1] - half[0]), 1e-300)
-    if half[1] - half[0] > tol:  # the best is not tied
-        return 0.0
-    gaps = np.diff(half)
-    steps = gaps[gaps > tol]
-    return float(min(2.0 * float(steps.min()), np.finfo(float).max)) if steps.size else 0.0
-
-
-def _improvable(best: float, raw: np.ndarray, feasible: np.ndarray, warp: Warp) -> float:
-    """The value an improvement acquisition improves on (warped, minimised): the best observed
-    value less half the metric's ``quantum`` (in its own units, through the warp). Where the
-    incumbent is tied, a trial that ties it again changes nothing, and one that improves does so by
-    at least a step: expected improvement past half a step prefers the candidates that can still
-    change the result (docs: benchmarks, real tuning, plateaus and ties). On a continuous metric the
-    quantum is 0 and this is the best observed value."""
-    rows = np.flatnonzero(feasible) if feasible.any() else np.arange(raw.size)
-    q = quantum(raw[rows])
-    if q <= 0.0:
-        return best
-    target = float(warp.forward(np.array([float(raw[rows].min()) - 0.5 * q]))[0])
-    return min(best, target) if np.isfinite(target) else best
-
-
 def _rank_p(outcomes: Sequence[_Outcome]) -> float | None:
     """The warm-up's rank test over every objective: the largest one-sided p-value (each model must
     rank its own held-out results), None without fold models."""
@@ -224,9 +213,9 @@ def _fit(observations: Sequence[tuple[dict[str, Any], Any]], space: SearchSpace,
     main, objs, cons = outs[0], outs[1:len(dirs)], outs[len(dirs):]
     warp, y, cf = main.warp, main.y, main.cf
     feasible = np.all(C <= 0, axis=1)
-    best = _incumbent(y, feasible)
+    best = incumbent(y, feasible)
     if not objs:  # one objective: the quantum of its metric (several: the hypervolume's own reference)
-        best = _improvable(best, sign * V[:, 0], feasible, warp)
+        best = improvable(best, sign * V[:, 0], feasible, warp)
     thresholds = [float(o.warp.forward(0.0)) for o in cons]
     Y = np.stack([main.y] + [o.y for o in objs], axis=1)  # (n, m): every objective, minimised, warped
     # what the candidate set mutates: the best observations, by Pareto rank with several objectives
@@ -244,6 +233,9 @@ def _fit(observations: Sequence[tuple[dict[str, Any], Any]], space: SearchSpace,
     heads = _heads(objs, cons, signs, thresholds, feasible, Xc, levels)
     meta = SnapshotMeta(device=cf.model.ran_on, rank_p=_rank_p([main] + objs),
                         crowd=crowd.fit_info(cf.model, cand, raw, [o.cf.model for o in objs]), fit=fit_kind)
+    carried = carry(cf, Xc, n) if not objs and not cons and not failed and tuned is not None else None
+    if carried is not None:
+        meta.carry = carried[0]
     if tuned is not None:
         meta.tuned = tuned.to_dict()
     if not warp.identity:
@@ -253,7 +245,7 @@ def _fit(observations: Sequence[tuple[dict[str, Any], Any]], space: SearchSpace,
     success = None
     if failed:  # its own seed: a study without failures draws as before
         learned = log_success(space, U, space.to_unit(list(failed)), cand, fit_seed + 7)
-        success = None if learned is None else _f32(learned)
+        success = None if learned is None else as_stored(learned)
         meta.n_failed = len(failed)
     if objs:
         meta.directions = list(dirs)
@@ -263,6 +255,7 @@ def _fit(observations: Sequence[tuple[dict[str, Any], Any]], space: SearchSpace,
         fold_scale=mine["fold_scale"], signal=mine["signal"], surrogate=config.surrogate,
         fit_seconds=time.perf_counter() - t0, meta=meta, heads=heads,
         observed_y=Y if objs else None, observed_ok=feasible if objs else None, success=success,
+        **(carried[1] if carried is not None else {}),
     )
 
 
@@ -289,18 +282,13 @@ def _heads(objs: Sequence[_Outcome], cons: Sequence[_Outcome], signs: Sequence[f
            feasible: np.ndarray, Xc: np.ndarray, levels: np.ndarray) -> list[Head]:
     """The snapshot's heads: each further objective's conformal fit at the candidates, then each
     constraint's (with its threshold in the warped units)."""
-    heads = [Head(kind="objective", best=_incumbent(o.y, feasible), sign=signs[j],
+    heads = [Head(kind="objective", best=incumbent(o.y, feasible), sign=signs[j],
                   warp=None if o.warp.identity else o.warp.to_dict(), **_at_candidates(o.cf, Xc, levels))
              for j, o in enumerate(objs, start=1)]
     heads += [Head(kind="constraint", threshold=t, warp=None if o.warp.identity else o.warp.to_dict(),
                    **_at_candidates(o.cf, Xc, levels, objective=False))
               for o, t in zip(cons, thresholds, strict=True)]
     return heads
-
-
-def _f32(a: np.ndarray) -> np.ndarray:
-    """What storage keeps (float32), so that the stored snapshot equals the one in memory."""
-    return a.astype(np.float32).astype(np.float64)
 
 
 def _at_candidates(c: Any, Xc: np.ndarray, levels: np.ndarray, objective: bool = True) -> dict[str, Any]:
@@ -317,19 +305,19 @@ def _at_candidates(c: Any, Xc: np.ndarray, levels: np.ndarray, objective: bool =
            "scores": c.scores, "fold_of": c.fold_of, "signal": None}
     if objective and Xc.shape[0]:
         raw, signal = c.model.predict_quantiles_and_signal(Xc)
-        out["signal"] = _f32(signal)
+        out["signal"] = as_stored(signal)
     else:
         raw = quantiles(c.model)
-    out["raw"] = _f32(raw)
+    out["raw"] = as_stored(raw)
     if c.fold_models is not None:
-        out["fold_raw"] = _f32(np.stack([quantiles(m) for m in c.fold_models]))
+        out["fold_raw"] = as_stored(np.stack([quantiles(m) for m in c.fold_models]))
     if c.scaled:
-        out["scale"] = _f32(spread(c.model))
+        out["scale"] = as_stored(spread(c.model))
         if c.fold_models is not None:
-            out["fold_scale"] = _f32(np.stack([spread(m) for m in c.fold_models]))
+            out["fold_scale"] = as_stored(np.stack([spread(m) for m in c.fold_models]))
     else:  # split with a refit: the correction carried to the shown model at each candidate
         moved = c.transport(Xc, raw)
-        out["scale"] = None if moved is None else _f32(moved)
+        out["scale"] = None if moved is None else as_stored(moved)
     return out
 
 

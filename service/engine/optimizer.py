@@ -6,6 +6,7 @@ The service and ``CaliboSampler`` are the engine's other homes; the three steps 
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -150,16 +151,24 @@ class Optimizer:
             return None
         return self._fits.get(self._fit_key(), self._fit)
 
-    def _fit(self, tuned: Tuned | None) -> Snapshot:
+    def _fit(self, tuned: Tuned | None, previous: Snapshot | None) -> Snapshot:
         t = time.perf_counter()
         pending = self._fit_pending()
         if pending is None:
             pending = [p for p, _ in self.pending]
         self._fitted_with = (self._fit_key(), pending)
         snap = self.spec.fit(self.observations, pending, self.constraint_values if self.constraints else None,
-                             failed=self.failed, tuned=tuned)
+                             failed=self.failed, tuned=tuned, previous=previous)
         self.timings["fit"] += time.perf_counter() - t
         return snap
+
+    def _extendable(self) -> dict[str, Any]:
+        """``state_dict``'s ``snapshot`` and ``snapshot_key``: the newest snapshot, where it carries
+        what an extend needs (the next fit depends on it), with the key it was fitted on."""
+        snap = self._fits.snapshot
+        if snap is None or snap.meta.carry is None:
+            return {}
+        return {"snapshot": base64.b64encode(snap.to_bytes()).decode("ascii"), "snapshot_key": list(self._fits.key)}
 
     def _failed_fitted(self) -> list[dict[str, Any]]:
         """The failed configurations a fit learns from (none with ``learn_failures`` off)."""
@@ -347,6 +356,8 @@ class Optimizer:
             "fitted_with": self._fit_pending(),
             # the newest full refit's hyperparameters, which the next fit keeps unless one is due
             "tuned": None if self._fits.tuned is None else self._fits.tuned.to_dict(),
+            # the newest snapshot where the next fit may extend it (engine.extend), base64 of its bytes
+            **self._extendable(),
             "state": self.state.to_dict(),
             "records": self.records,
             "asked": self.asked,
@@ -365,6 +376,9 @@ class Optimizer:
         opt.waiting = [dict(p) for p in d.get("waiting", [])]
         opt.pending = [(dict(p), pred) for p, pred in d["pending"]]
         opt._fits = FitCache(Tuned.from_dict(d.get("tuned")))
+        if d.get("snapshot"):
+            opt._fits = FitCache(opt._fits.tuned, Snapshot.from_bytes(base64.b64decode(d["snapshot"])),
+                                 tuple(d["snapshot_key"]))
         if d.get("fitted_with") is not None:
             opt._fitted_with = (opt._fit_key(), [dict(p) for p in d["fitted_with"]])
         if "state" in d:

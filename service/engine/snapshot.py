@@ -25,9 +25,16 @@ from .space import SearchSpace
 
 FORMAT_VERSION = 1
 _ARRAYS = ("levels", "candidates", "raw", "scores", "fold_raw", "fold_of", "observed", "scale",
-           "fold_scale", "observed_y", "observed_ok", "signal", "success")
+           "fold_scale", "observed_y", "observed_ok", "signal", "success", "gp_sd", "gp_scored_sd",
+           "gp_fold_sd")
 _FLOAT32 = ("raw", "fold_raw", "scale", "fold_scale", "signal", "success")  # per-candidate model outputs
 _HEAD_ARRAYS = ("raw", "scores", "fold_raw", "fold_of", "scale", "fold_scale", "signal")
+
+
+def as_stored(a: np.ndarray) -> np.ndarray:
+    """What storage keeps of a per-candidate model output (float32), so that the stored snapshot
+    equals the one in memory."""
+    return a.astype(np.float32).astype(np.float64)
 
 
 @dataclass
@@ -69,7 +76,7 @@ class Head:
 class FitKind:
     """Which kind of fit made a snapshot (``engine.retune``) and why; stored as ``{"kind", "why"}``."""
 
-    kind: str = "full"  # full (hyperparameters tuned) | update (the full refit's kept)
+    kind: str = "full"  # full (hyperparameters tuned) | update (the full refit's kept) | extend (engine.extend)
     why: str = ""  # the plan's reason
 
     def to_dict(self) -> dict[str, Any]:
@@ -90,13 +97,16 @@ class SnapshotMeta:
     device: str = "cpu"  # where the surrogate trained: cpu | cuda
     rank_p: float | None = None  # the warm-up's rank test p-value (fit._rank_p); None: no fold models
     crowd: dict[str, Any] = field(default_factory=dict)  # crowd.fit_info: GP kernels or a Lipschitz constant
-    fit: FitKind = field(default_factory=FitKind)  # full refit or update, and why
+    fit: FitKind = field(default_factory=FitKind)  # full refit, update or extend, and why
     tuned: dict[str, Any] | None = None  # Tuned.to_dict, what the next fit keeps; None: nothing to keep
     warp: dict[str, Any] | None = None  # the objective's output warp (Warp.to_dict); None: identity
     n_feasible: int | None = None  # feasible observations; None: no constraints
     n_failed: int = 0  # failed configurations the fit learned from
     directions: list[str] | None = None  # several objectives' directions; None: one objective
     device_fallback: str | None = None  # why a CUDA fit was refitted on the CPU
+    # what an extend of this snapshot needs beside its arrays (engine.extend): the observations at
+    # the candidates' last draw (``drawn_at``) and, for split, the training rows (``train``)
+    carry: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"device": self.device, "rank_p": self.rank_p, "crowd": self.crowd,
@@ -113,6 +123,8 @@ class SnapshotMeta:
             out["directions"] = self.directions
         if self.device_fallback is not None:
             out["device_fallback"] = self.device_fallback
+        if self.carry is not None:
+            out["carry"] = self.carry
         return out
 
     @classmethod
@@ -122,7 +134,7 @@ class SnapshotMeta:
         return cls(device=d.get("device", "cpu"), rank_p=d.get("rank_p"), crowd=d.get("crowd") or {},
                    fit=FitKind.from_dict(d.get("fit")), tuned=d.get("tuned"), warp=d.get("warp"),
                    n_feasible=d.get("n_feasible"), n_failed=d.get("n_failed", 0), directions=d.get("directions"),
-                   device_fallback=d.get("device_fallback"))
+                   device_fallback=d.get("device_fallback"), carry=d.get("carry"))
 
 
 @dataclass
@@ -156,6 +168,11 @@ class Snapshot:
     observed_ok: np.ndarray | None = None
     # (N,) log probability that each candidate runs (engine.failures), -inf where it repeats a failure
     success: np.ndarray | None = None
+    # (N,) a GP's predictive sd (standardised target) at each candidate, and the split model's: what
+    # an extend (engine.extend) updates instead of computing the posterior at every candidate again
+    gp_sd: np.ndarray | None = None
+    gp_scored_sd: np.ndarray | None = None
+    gp_fold_sd: np.ndarray | None = None  # (K, N) CV+'s fold models'
     _bounds: Bounds | None = field(default=None, init=False, repr=False, compare=False)
     _keys: list[bytes] | None = field(default=None, init=False, repr=False, compare=False)
     cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)  # select's
@@ -259,6 +276,9 @@ class Snapshot:
                 observed_y=arrays.get("observed_y"),
                 observed_ok=arrays.get("observed_ok"),
                 success=arrays.get("success"),
+                gp_sd=arrays.get("gp_sd"),
+                gp_scored_sd=arrays.get("gp_scored_sd"),
+                gp_fold_sd=arrays.get("gp_fold_sd"),
             )
         except ValueError as e:
             raise ValueError(f"not a calibo snapshot: {e}") from e

@@ -33,7 +33,7 @@ class FitResult:
     snapshot: bytes
     device_fallback: str | None = None  # why a CUDA fit was refitted on the CPU
     n_failed: int = 0  # failed configurations it learned from
-    kind: str = "full"  # full refit or update (engine.retune)
+    kind: str = "full"  # full refit, update (engine.retune) or extend (engine.extend)
     tuned: dict[str, Any] | None = None  # the hyperparameters the next fit keeps (``Tuned.to_dict``)
 
     @classmethod
@@ -97,10 +97,12 @@ class StudySpec:
 
     def fit(self, observations: Sequence[tuple[dict[str, Any], Any]], pending: Sequence[dict[str, Any]] = (),
             constraints: Sequence[Sequence[float]] | None = None, device: str | None = None,
-            failed: Sequence[dict[str, Any]] = (), tuned: Tuned | None = None) -> Snapshot:
+            failed: Sequence[dict[str, Any]] = (), tuned: Tuned | None = None,
+            previous: Snapshot | None = None) -> Snapshot:
         """``engine.fit`` of this study on ``observations`` (and the running ``pending``, and the
         configurations that ``failed``, which it learns from unless the study turned that off;
-        ``tuned``: what the newest snapshot hands on, ``engine.retune``)."""
+        ``tuned``: what the newest snapshot hands on, ``engine.retune``; ``previous``: that
+        snapshot, which the fit may extend, ``engine.extend``)."""
         return fit(observations, self.space, self.config, self.direction, self.seed, device=device,
                    pending=pending, constraints=constraints, directions=self.directions if self.multi else None,
-                   failed=failed if self.learn_failures else (), tuned=tuned)
+                   failed=failed if self.learn_failures else (), tuned=tuned, previous=previous)

@@ -438,9 +438,10 @@ class CaliboSampler(BaseSampler):
         observed = (tuple((json.dumps(p, sort_keys=True), json.dumps(v)) for p, v in observations),
                     json.dumps(constraints), tuple(json.dumps(p, sort_keys=True) for p in failed or ()))
         config = self.config.for_objectives(len(directions))
-        return self._fits.setdefault(key, FitCache()).get(observed, lambda tuned: fit(
+        return self._fits.setdefault(key, FitCache()).get(observed, lambda tuned, previous: fit(
             observations, space, config, directions[0], self._seed, pending=pending, constraints=constraints,
-            directions=directions if len(directions) > 1 else None, failed=failed or (), tuned=tuned))
+            directions=directions if len(directions) > 1 else None, failed=failed or (), tuned=tuned,
+            previous=previous))
 
     def _states(self, study: Study, key: tuple[int, str], enc: Encoding, complete: list[FrozenTrial],
                 constraint_keys: list[str] | None = None, m: int = 1,

@@ -48,12 +48,17 @@ class FitQueries(Sessions):
                                                    .where(TrialRow.study_id == study_id, TrialRow.state == "failed")
                                                    .order_by(TrialRow.number))
                       if not blameless(record)]
-            # what a fit keeps of the newest snapshot: its tuned hyperparameters (engine.retune)
-            tuned = s.scalar(select(SnapshotRow.tuned).where(SnapshotRow.study_id == study_id,
-                                                             SnapshotRow.version == row[4])) if row[4] else None
+            # what a fit keeps of the newest snapshot: its tuned hyperparameters (engine.retune) and,
+            # where it has them, the snapshot itself, which the fit may extend (engine.extend)
+            newest = s.execute(select(SnapshotRow.tuned, SnapshotRow.data)
+                               .where(SnapshotRow.study_id == study_id, SnapshotRow.version == row[4])
+                               ).first() if row[4] else None
+            tuned, previous = (newest[0], newest[1]) if newest is not None else (None, None)
+            if tuned is None:  # a fit that keeps no hyperparameters makes no snapshot to extend
+                previous = None
             return FitInputs(row[0], observations, row[1], list(running),
                              constraints if constrained else None, int(row[2] or 0), failed, int(row[3] or 0),
-                             tuned)
+                             tuned, previous)
 
     def save_snapshot(self, study_id: int, *, n_obs: int, method: str, fit_seconds: float,
                       data: bytes, device: str | None = None, revision: int | None = None,

@@ -85,7 +85,7 @@ class StudyInfo:
     fit_seconds: float | None = None
     fit_method: str | None = None
     fit_device: str | None = None
-    fit_kind: str | None = None  # full or update (engine.retune)
+    fit_kind: str | None = None  # full, update (engine.retune) or extend (engine.extend)
     user_attrs: dict[str, Any] | None = None
     revision: int = 0  # changes of the definition (its space grew)
     n_failed: int = 0  # failed trials a fit learns from (not those failed for a silent worker)
@@ -104,6 +104,7 @@ class FitInputs:
     failed: list[dict[str, Any]] = field(default_factory=list)  # params of the failed trials a fit learns from
     snapshot_n_failed: int = 0  # failures the newest snapshot learned
     tuned: dict[str, Any] | None = None  # the newest snapshot's hyperparameters for the next fit (engine.retune)
+    previous: bytes | None = None  # the newest snapshot itself where it kept hyperparameters: a fit may extend it
 
 
 class Progress(NamedTuple):

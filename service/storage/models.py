@@ -140,7 +140,8 @@ class SnapshotRow(Base):
     method: Mapped[str] = mapped_column(String(16))
     fit_seconds: Mapped[float] = mapped_column(Double)
     device: Mapped[str | None] = mapped_column(String(16), nullable=True)  # where the fit trained
-    # full: hyperparameters tuned; update: the newest full refit's kept (engine.retune)
+    # full: hyperparameters tuned; update: the newest full refit's kept (engine.retune); extend: the
+    # newest snapshot brought up to date at its candidates (engine.extend)
     kind: Mapped[str] = mapped_column(String(8), default="full", server_default="full")
     tuned: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # what the next fit keeps
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -21,6 +21,7 @@ import numpy as np
 
 from calibo.engine import EngineConfig, SearchSpace, fit
 from calibo.engine.retune import Tuned
+from calibo.engine.snapshot import Snapshot
 from calibo.engine.study import FitResult, StudySpec
 
 from ..storage import Storage
@@ -114,13 +115,24 @@ def fit_study(study_id: int, storage: Storage | None = None, save: bool = True) 
                 "n_failed": inputs.snapshot_n_failed}
     t1 = time.perf_counter()
     snap = spec.fit(inputs.observations, pending=inputs.running, constraints=inputs.constraints, device=_device,
-                    failed=failed, tuned=Tuned.from_dict(inputs.tuned))
+                    failed=failed, tuned=Tuned.from_dict(inputs.tuned), previous=_previous(study_id, inputs.previous))
     t2 = time.perf_counter()
     result = {"study_id": study_id, "status": "fitted", **FitResult.of(snap).to_dict(), "revision": inputs.revision}
     # where the job's time went (``Metrics.observe_fit``): reading its inputs, the engine's fit, the
     # snapshot's encoding; ``store`` adds the write
     result["phases"] = {"load": t1 - t0, "fit": t2 - t1, "encode": time.perf_counter() - t2}
     return result if not save else store(storage, result)
+
+
+def _previous(study_id: int, data: bytes | None) -> Snapshot | None:
+    """The newest snapshot, which the fit may extend; None (a fit) where it cannot be read."""
+    if data is None:
+        return None
+    try:
+        return Snapshot.from_bytes(data)
+    except ValueError as e:
+        log.warning("study %s: the newest snapshot cannot be read, fitting anew: %s", study_id, e)
+        return None
 
 
 def store(storage: Storage, result: dict[str, Any]) -> dict[str, Any]:

@@ -103,7 +103,8 @@ class SurrogateStatus(BaseModel):
     fitted_at: datetime | None
     fit_seconds: float | None
     fit_kind: str | None = Field(None, description="how that fit was made: full (the GP's hyperparameters tuned "
-                                 "on the data) or update (those of the newest full refit kept)")
+                                 "on the data), update (those of the newest full refit kept) or extend (the "
+                                 "newest snapshot brought up to date at its own candidates)")
     device: str | None = Field(description="where that fit trained: cpu or cuda (torch surrogates)")
     last_error: str | None
     fitting: bool = Field(description="a fit of this study is running in this server's pool")

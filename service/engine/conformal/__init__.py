@@ -15,7 +15,7 @@ from .bounds import (
     pair_interval,
     pair_intervals,
 )
-from .fit import Average, ConformalFit, conformalize, model_scores, scores
+from .fit import Average, ConformalFit, conformalize, fold_scores, model_scores, scores, spread_ratio
 from .levels import METHODS, SPLIT_RULE, check_levels, midpoint_levels, pair_alphas, schedule
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "beta_of",
     "check_levels",
     "conformalize",
+    "fold_scores",
     "interval_from_points",
     "issued_beta",
     "midpoint_levels",
@@ -37,4 +38,5 @@ __all__ = [
     "pair_intervals",
     "schedule",
     "scores",
+    "spread_ratio",
 ]

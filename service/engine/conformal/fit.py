@@ -25,7 +25,7 @@ Two more ways to get calibration scores without holding data out (BANANAS-CP the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +53,14 @@ def _outer_width(q: np.ndarray) -> np.ndarray:
     """(n,) width of the widest interval pair of quantile rows ``q`` (n, L): a model's spread there."""
     w: NDArray[np.float64] = q[:, -1] - q[:, 0]
     return w
+
+
+def spread_ratio(shown: np.ndarray, scored: np.ndarray) -> np.ndarray:
+    """(n,) the shown model's spread over the scored model's at the same rows (their quantiles
+    ``shown``, ``scored``): the split correction carried to the shown model (``ConformalFit.transport``)."""
+    shown_w, scored_w = _outer_width(shown), _outer_width(scored)
+    ratio: NDArray[np.float64] = shown_w / np.maximum(scored_w, 1e-12 * (1.0 + np.abs(scored_w).max()))
+    return ratio
 
 
 def model_scores(model: BaseSurrogate, X: np.ndarray, y: np.ndarray, q: np.ndarray | None = None) -> np.ndarray:
@@ -122,10 +130,8 @@ class ConformalFit:
         quantiles there, when already predicted); ``None`` otherwise."""
         if self.scored_model is None or self.scaled or X.shape[0] == 0:
             return None
-        shown_w = _outer_width(self.model.predict_quantiles(X) if shown is None else shown)
-        scored_w = _outer_width(self.scored_model.predict_quantiles(X))
-        ratio: NDArray[np.float64] = shown_w / np.maximum(scored_w, 1e-12 * (1.0 + np.abs(scored_w).max()))
-        return ratio
+        return spread_ratio(self.model.predict_quantiles(X) if shown is None else shown,
+                            self.scored_model.predict_quantiles(X))
 
     @property
     def scaled(self) -> bool:
@@ -179,21 +185,32 @@ def conformalize(
         full = make().fit(X, y)  # tunes the hyperparameters the folds reuse
         k = min(k_folds, n)
         fold_of = np.empty(n, dtype=int)
-        fold_models, sc = [], np.empty((n, full.levels.size // 2))
-        med = np.empty(n)
+        fold_models = []
         for f, (tr, te) in enumerate(KFold(k, shuffle=True, random_state=seed).split(X)):
-            m = full.fold_clone().fit(X[tr], y[tr])
-            fold_models.append(m)
+            fold_models.append(full.fold_clone().fit(X[tr], y[tr]))
             fold_of[te] = f
-            q = m.predict_quantiles(X[te])
-            sc[te] = model_scores(m, X[te], y[te], q)
-            med[te] = median(q)
+        sc, med = fold_scores(fold_models, fold_of, X, y)
         if method == "crossval":
             return ConformalFit("crossval", Average(fold_models), sc, cal_index=np.arange(n), oof=med)
         return ConformalFit("cv+", full, sc, fold_models, fold_of, np.arange(n), oof=med)
     if method == "jab+":
         return _jackknife_after_bootstrap(make, X, y, rng, n_bootstraps)
     raise ValueError(f"unknown conformal method {method!r}")
+
+
+def fold_scores(models: Sequence[BaseSurrogate], fold_of: np.ndarray, X: np.ndarray,
+                y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every observation's scores (n, P) and out-of-fold median (n,), each by the fold model that
+    never saw it (``models[fold_of[i]]``): CV+'s and CrossVal-CP's calibration (eq. 17)."""
+    n = X.shape[0]
+    sc, med = np.empty((n, models[0].levels.size // 2)), np.empty(n)
+    for f, m in enumerate(models):
+        te = np.flatnonzero(fold_of == f)
+        if te.size:
+            q = m.predict_quantiles(X[te])
+            sc[te] = model_scores(m, X[te], y[te], q)
+            med[te] = median(q)
+    return sc, med
 
 
 def _jackknife_after_bootstrap(make: Callable[[], BaseSurrogate], X: np.ndarray, y: np.ndarray,

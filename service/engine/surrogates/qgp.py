@@ -63,7 +63,7 @@ from sklearn.gaussian_process.kernels import (
 )
 
 from ..limits import SURROGATE_CHOICES
-from .base import BaseSurrogate
+from .base import MIN_SIGNAL, BaseSurrogate
 from .gp_prior import neg_log_prior
 
 if TYPE_CHECKING:  # torch is loaded by a torch fit only (_fit_torch)
@@ -136,12 +136,36 @@ class _Posterior:
         hyper = _hyper_of(k, d) if shaped else None
         return None if hyper is None or gp.normalize_y else cls(gp, hyper)
 
-    def moments(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def cross(self, X: np.ndarray) -> np.ndarray:
+        """(m, n) the kernel between rows ``X`` and the training inputs (Matern-5/2, no noise)."""
         r = cdist(X / self.ls, self.train) * np.sqrt(5.0)
-        K = self.c * (1.0 + r + r * r / 3.0) * np.exp(-r)  # Matern-5/2
+        K: NDArray[np.float64] = self.c * (1.0 + r + r * r / 3.0) * np.exp(-r)
+        return K
+
+    def moments(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        K = self.cross(X)
         mean = K @ self.alpha
         V = solve_triangular(self.L, K.T, lower=True, check_finite=False)
         var = self.prior_var - np.einsum("ij,ij->j", V, V)
+        return mean, np.sqrt(np.maximum(var, 0.0))
+
+    def extended(self, X: np.ndarray, var_before: np.ndarray, n_before: int) -> tuple[np.ndarray, np.ndarray]:
+        """``moments`` at ``X`` from the predictive variances ``var_before`` there of the same kernel
+        conditioned on the first ``n_before`` training rows only: O(m n) instead of O(m n^2).
+
+        With the factor split as ``L = [[L0, 0], [P, Q]]`` (``L0`` the first ``n_before`` rows'
+        factor, ``Q`` the new rows' Schur complement's), ``L^-1 k = [L0^-1 k0, Q^-1 (k1 - W^T k0)]``
+        with ``W = L0^-T P^T = K0^-1 K01``: the variance loses ``|Q^-1 (k1 - W^T k0)|^2`` and
+        nothing of ``L0^-1 k0`` is formed. The mean is the full ``K alpha``."""
+        K = self.cross(X)
+        mean = K @ self.alpha
+        if n_before == self.L.shape[0]:  # no new rows: the same inputs, the same variance
+            return mean, np.sqrt(np.maximum(np.asarray(var_before, float), 0.0))
+        L0, P, Q = self.L[:n_before, :n_before], self.L[n_before:, :n_before], self.L[n_before:, n_before:]
+        W = solve_triangular(L0, P.T, lower=True, trans="T", check_finite=False)  # (n_before, k)
+        g = K[:, n_before:] - K[:, :n_before] @ W  # (m, k): each new row's covariance with X, given the first rows
+        U = solve_triangular(Q, g.T, lower=True, check_finite=False)  # (k, m)
+        var = np.asarray(var_before, float) - np.einsum("ij,ij->j", U, U)
         return mean, np.sqrt(np.maximum(var, 0.0))
 
 
@@ -314,6 +338,30 @@ class QGP(BaseSurrogate):
     def _predict_with_signal(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         mean, sd = self._moments(X)  # one posterior evaluation for both
         return self._gaussian_quantiles(mean, sd), self._fraction(sd)
+
+    def standard_sd(self, X: np.ndarray) -> np.ndarray:
+        """(m,) the predictive sd (noise included) of the standardised target at ``X``: what an
+        ``extend`` of a snapshot (``engine.extend``) starts from. The same evaluation as the
+        quantiles of the same array ``X``."""
+        return self._moments(np.asarray(X, float))[1]
+
+    def extended_moments(self, X: np.ndarray, sd_before: np.ndarray, n_before: int) -> tuple[np.ndarray, np.ndarray]:
+        """``_moments`` at ``X`` (standardised) from ``sd_before``, this kernel's ``standard_sd`` at
+        ``X`` when it was conditioned on the first ``n_before`` of its training rows
+        (``_Posterior.extended``). Needs the scikit-learn backend."""
+        if self._posterior is None:
+            raise ValueError("extended moments need the scikit-learn backend with the default kernel")
+        mean, sd = self._posterior.extended(np.asarray(X, float), np.asarray(sd_before, float) ** 2, n_before)
+        return mean, np.maximum(sd, 1e-9)
+
+    def predict_from_moments(self, mean: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``predict_quantiles_and_signal`` of the rows whose standardised moments are ``mean, sd``."""
+        return (self._target_quantiles(self._gaussian_quantiles(mean, sd)),
+                np.clip(self._fraction(sd), MIN_SIGNAL, 1.0))
+
+    def target_spread(self, sd: np.ndarray) -> np.ndarray:
+        """``predict_scale`` of the rows whose standardised sd is ``sd``."""
+        return self._target_spread(sd) if self.scaled else np.ones(np.shape(sd)[0])
 
     def predict_moments(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not self.fitted:
