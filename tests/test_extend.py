@@ -75,8 +75,8 @@ def _reference(snap: Snapshot, prev: Snapshot, obs: list[tuple[dict, float]], co
     return out
 
 
-@pytest.mark.parametrize("conformal,n,scores", [("adaptive", 60, "cqr"), ("raw", 30, "cqr"), ("cv+", 30, "cqr"),
-                                                ("adaptive", 60, "normalized"), ("cv+", 30, "normalized")])
+@pytest.mark.parametrize("conformal,n,scores", [("adaptive", 60, "cqr"), ("raw", 40, "cqr"), ("cv+", 40, "cqr"),
+                                                ("adaptive", 60, "normalized"), ("cv+", 40, "normalized")])
 def test_an_extend_is_the_fit_with_the_same_hyperparameters_split_and_candidates(conformal: str, n: int,
                                                                                  scores: str) -> None:
     config = EngineConfig(conformal=conformal, surrogate_options={"scores": scores})
@@ -112,7 +112,7 @@ def test_an_extend_is_the_fit_with_the_same_hyperparameters_split_and_candidates
 
 def test_extends_of_extends_stay_the_fit_then_a_fit_draws_again() -> None:
     config = EngineConfig()
-    obs = _observations(60)
+    obs = _observations(80)  # 80 / 16 >= EXTENDS: the cap, not the growth, calls the fit
     prev = first = fit(obs, SPACE, config, seed=5)
     tuned = Tuned.of(first.meta)
     for k in range(1, EXTENDS + 2):
@@ -132,6 +132,21 @@ def test_extends_of_extends_stay_the_fit_then_a_fit_draws_again() -> None:
             assert not np.array_equal(snap.candidates[:100], first.candidates[:100])
 
 
+@pytest.mark.parametrize("n,extends", [(12, 0), (20, 1), (40, 2), (100, EXTENDS)])
+def test_a_small_study_draws_candidates_again_once_its_data_grew_by_a_sixteenth(n: int, extends: int) -> None:
+    config = EngineConfig(conformal="raw")
+    obs = _observations(n)
+    first = fit(obs, SPACE, config, seed=6)
+    tuned, prev, kinds = Tuned.of(first.meta), first, []
+    for k in range(1, EXTENDS + 2):
+        snap = fit(_worse(obs, k, seed=9), SPACE, config, seed=6, tuned=tuned, previous=prev)
+        kinds.append(snap.meta.fit.kind)
+        if snap.meta.fit.kind != "extend":
+            break
+        prev = snap
+    assert kinds == ["extend"] * extends + [kinds[-1]] and kinds[-1] != "extend"
+
+
 def test_a_new_best_or_anything_an_extend_cannot_keep_makes_a_fit() -> None:
     config = EngineConfig()
     obs = _observations(60)
@@ -142,7 +157,7 @@ def test_a_new_best_or_anything_an_extend_cannot_keep_makes_a_fit() -> None:
     def kind(more, **kw) -> str:
         return fit(more, SPACE, kw.pop("config", config), seed=2, tuned=tuned, previous=prev, **kw).meta.fit.kind
 
-    assert kind(_worse(obs, 1)) == "extend"
+    assert kind(_worse(obs, 1)) == "extend"  # 60 observations: up to 3 extends
     assert kind(obs + [({"x0": 0.31, "x1": 0.29, "x2": 0.3}, best - 1e-3)]) != "extend"  # a new best
     assert kind(_worse(obs, 1)[1:]) != "extend"  # an observation the snapshot saw is gone
     assert kind(_worse(obs, 1), pending=[{"x0": 0.123, "x1": 0.5, "x2": 0.5}]) != "extend"  # not a candidate

@@ -27,7 +27,12 @@ An extend is therefore exactly the snapshot a fit with the same hyperparameters,
 set would make (``tests/test_extend.py`` holds that). What it does not do is draw new candidates
 or search the acquisition locally, so a fit draws them again (``plan`` says when):
 
-* after ``EXTENDS`` observations since the candidates were drawn (``meta.carry["drawn_at"]``);
+* after ``EXTENDS`` observations since the candidates were drawn (``meta.carry["drawn_at"]``), and
+  sooner in a small study: once the observations grew by ``EXTEND_GROWTH`` (a sixteenth) since the
+  draw. Below 16 observations every fit draws; from 64 on, every fifth. Early on one observation
+  moves the acquisition's optima far, and a fit costs little: on Ackley-5 (20 held-out seeds) four
+  extends at every size left 2 of 25 runs on the plateau at 100 trials (best 18.9 and 20.0, against
+  at most 6.1 with fits only); with the growth rule none (at most 5.0);
 * when a new observation improves on the best one: the search should look around the new best;
 * when a full refit or an update is due for any other reason (``retune.plan``: the data grew or
   moved, the conformal method changed), or the study is one an extend does not cover: several
@@ -60,6 +65,7 @@ from .surrogates.qgp import QGP
 from .warp import fit_warp
 
 EXTENDS = 4  # observations an extend may add to a snapshot's candidates before a fit draws them again
+EXTEND_GROWTH = 1 / 16  # ... and at most this share of the observations the candidates were drawn for
 METHODS = ("raw", "split", "cv+")  # the conformal methods an extend keeps
 
 
@@ -112,7 +118,8 @@ def extend(previous: Snapshot | None, observations: Sequence[tuple[dict[str, Any
     if previous is None or c is None or previous.gp_sd is None or config.surrogate != "qgp":
         return None
     n, n_prev = len(observations), previous.n_obs
-    if not 0 < n - n_prev or n - int(c["drawn_at"]) > EXTENDS:
+    drawn_at = int(c["drawn_at"])
+    if not 0 < n - n_prev or n - drawn_at > min(EXTENDS, drawn_at * EXTEND_GROWTH):
         return None
     method = schedule(n, config.conformalize_from, config.split_from, config.conformal)
     if method != previous.method or method not in METHODS or (method == "split") != ("train" in c):
