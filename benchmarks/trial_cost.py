@@ -33,7 +33,8 @@ For the ``client-optimize`` rows the server's own account splits each trial (``/
 before and after each run, ``service.metrics``): the ask's time on the server and, of it, the wait
 for the fit of the previous tell; the tell's; the fit job's phases (reading the study, the engine's
 fit, encoding the snapshot, storing it); and what is left of the client's wall time for the client
-and HTTP; with the fits stored by kind (full refit or update, ``engine.retune``).
+and HTTP; with the fits stored by kind (full refit, update or extend: ``engine.retune``,
+``engine.extend``).
 
 Settings: ``--calibo-settings JSON`` goes to every calibo study as its settings (the engine's
 ``EngineConfig`` fields, e.g. ``{"n_candidates": 500}`` or ``{"surrogate_options": {...}}``), and each
@@ -233,14 +234,17 @@ def _total(m: dict, name: str, want: dict[str, str]) -> float:
                if n == name and all(dict(labels).get(k) == w for k, w in want.items()))
 
 
+FIT_KINDS = ("full", "update", "extend")  # the snapshots' kinds (engine.retune, engine.extend)
+
+
 def server_profile(before: dict, after: dict, trials: int) -> dict[str, Any]:
     """Milliseconds per trial the server spent in each ``PROFILE`` row between two scrapes, and the
-    fits it stored by kind (full refit or update)."""
+    fits it stored by kind (``FIT_KINDS``)."""
     ms = {row: 1000.0 * (_total(after, f"{name}_sum", want) - _total(before, f"{name}_sum", want)) / trials
           for row, name, want in PROFILE}
     fits = {kind: int(_total(after, "calibo_fits_total", {"kind": kind}) - _total(before, "calibo_fits_total",
                                                                                    {"kind": kind}))
-            for kind in ("full", "update")}
+            for kind in FIT_KINDS}
     return {"ms_per_trial": ms, "fits": fits}
 
 
@@ -356,7 +360,7 @@ def profile_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         ms["client and HTTP"] = float(np.median([r["ms_per_trial"] - r["server"]["ms_per_trial"]["ask (server)"]
                                                  - r["server"]["ms_per_trial"]["tell (server)"] for r in rs]))
         out[label] = {"ms_per_trial": ms, "trial_ms": float(np.median([r["ms_per_trial"] for r in rs])),
-                      "fits": {k: sum(r["server"]["fits"][k] for r in rs) for k in ("full", "update")}}
+                      "fits": {k: sum(r["server"]["fits"].get(k, 0) for r in rs) for k in FIT_KINDS}}
     return out
 
 
@@ -371,8 +375,8 @@ def print_profile(profile: dict[str, dict[str, Any]]) -> None:
         "its phases overlap the wait)",
         ["", *labels], [[row, *[profile[m]["ms_per_trial"][row] for m in labels]] for row in rows]
         + [["trial (client wall)", *[profile[m]["trial_ms"] for m in labels]],
-           ["fits full / update", *[f"{profile[m]['fits']['full']} / {profile[m]['fits']['update']}"
-                                    for m in labels]]],
+           ["fits " + " / ".join(FIT_KINDS), *[" / ".join(str(profile[m]["fits"][k]) for k in FIT_KINDS)
+                                                for m in labels]]],
         first=24, width=max(12, 2 + max(len(m) for m in labels)), digits=1)
 
 

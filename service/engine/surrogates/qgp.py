@@ -42,15 +42,17 @@ which keeps the curves; the engine's default refit at 10,000 observations:
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.linalg import solve_triangular
-from scipy.spatial.distance import cdist
+from scipy.linalg import cho_solve, cholesky, solve_triangular
+from scipy.spatial.distance import cdist, pdist, squareform
 from scipy.stats import norm
+from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import (
@@ -118,11 +120,22 @@ class _Conditioned(GaussianProcessRegressor):
     the fits that keep a full refit's hyperparameters), whose ``fit`` leaves out the log marginal
     likelihood scikit-learn computes for the record after fitting: a second kernel evaluation and
     Cholesky factorization, a third of such a fit, that nothing here reads
-    (``log_marginal_likelihood_value_`` is NaN). The posterior is scikit-learn's own."""
+    (``log_marginal_likelihood_value_`` is NaN).
+
+    For the ``_sklearn_kernel`` shape the fit is scikit-learn's own arithmetic, written out
+    (``_factor``): the Matern kernel on the pairs' condensed distances, the constant, the white
+    noise and ``alpha`` on the diagonal, the Cholesky factor and the weights, operation by
+    operation as scikit-learn does them (the same numbers), without its input validation and kernel
+    objects (half of such a fit at 500 observations). Any other kernel fits through scikit-learn."""
 
     _recording = False
 
     def fit(self, X: Any, y: Any) -> _Conditioned:
+        X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=float)
+        hyper = _default_shaped(self.kernel, X.shape[1]) if X.ndim == 2 and y.ndim == 1 else None
+        if hyper is not None and not self.normalize_y and np.isscalar(self.alpha):
+            self._factor(X, y, hyper)
+            return self
         self._recording = True
         try:
             super().fit(X, y)
@@ -130,11 +143,34 @@ class _Conditioned(GaussianProcessRegressor):
             self._recording = False
         return self
 
+    def _factor(self, X: np.ndarray, y: np.ndarray, hyper: dict[str, Any]) -> None:
+        """``fit``'s attributes as scikit-learn's fit sets them, for the default-shaped kernel."""
+        self.kernel_ = clone(self.kernel)
+        self.n_features_in_ = X.shape[1]
+        self._y_train_mean, self._y_train_std = np.zeros(1), np.ones(1)
+        self.X_train_, self.y_train_ = np.copy(X), np.copy(y)
+        d = pdist(X / np.asarray(hyper["lengthscale"], float), metric="euclidean") * math.sqrt(5)
+        K = squareform((1.0 + d + d**2 / 3.0) * np.exp(-d))  # Matern-5/2, as sklearn's Matern
+        np.fill_diagonal(K, 1)
+        K = np.full(K.shape, float(hyper["outputscale"])) * K  # ConstantKernel * Matern
+        K = K + float(hyper["noise"]) * np.eye(K.shape[0])  # + WhiteKernel
+        K[np.diag_indices_from(K)] += self.alpha
+        self.L_ = cholesky(K, lower=True, check_finite=False)
+        self.alpha_ = cho_solve((self.L_, True), self.y_train_, check_finite=False)
+        self.log_marginal_likelihood_value_ = float("nan")
+
     def log_marginal_likelihood(self, theta: Any = None, eval_gradient: bool = False,
                                 clone_kernel: bool = True) -> Any:
         if self._recording and self.optimizer is None and not eval_gradient:
             return float("nan")
         return super().log_marginal_likelihood(theta, eval_gradient, clone_kernel)
+
+
+def _default_shaped(kernel: Kernel | None, d: int) -> dict[str, Any] | None:
+    """The hyperparameters of a kernel of ``_sklearn_kernel``'s shape (Matern-5/2), else None."""
+    shaped = (isinstance(kernel, Sum) and isinstance(kernel.k1, Product) and isinstance(kernel.k1.k1, ConstantKernel)
+              and isinstance(kernel.k1.k2, Matern) and kernel.k1.k2.nu == 2.5 and isinstance(kernel.k2, WhiteKernel))
+    return _hyper_of(kernel, d) if shaped else None
 
 
 class _Posterior:
@@ -154,10 +190,7 @@ class _Posterior:
 
     @classmethod
     def of(cls, gp: GaussianProcessRegressor, d: int) -> _Posterior | None:
-        k = gp.kernel_
-        shaped = (isinstance(k, Sum) and isinstance(k.k1, Product) and isinstance(k.k1.k1, ConstantKernel)
-                  and isinstance(k.k1.k2, Matern) and k.k1.k2.nu == 2.5 and isinstance(k.k2, WhiteKernel))
-        hyper = _hyper_of(k, d) if shaped else None
+        hyper = _default_shaped(gp.kernel_, d)
         return None if hyper is None or gp.normalize_y else cls(gp, hyper)
 
     def cross(self, X: np.ndarray) -> np.ndarray:
