@@ -85,11 +85,12 @@ def test_a_tell_that_finds_no_new_best_extends_the_newest_snapshot_and_a_new_bes
     rng = np.random.default_rng(4)
     r = http.post("/v1/studies", json={"name": unique("extend"), "space": BOX, "settings": SETTINGS})
     sid = r.json()["id"]
-    add(http, sid, rng, 20)
-    settled(http, sid, 20)
+    add(http, sid, rng, 40)
+    settled(http, sid, 40)
     before = fits(http)
     kinds = []
-    for n, x0 in ((21, 0.9), (22, 0.95)):  # 2 * x0 >= 1.8: far from the best value
+    # 40 / 16 >= 2: two extends before the grown data draws candidates again
+    for n, x0 in ((41, 0.9), (42, 0.95)):  # 2 * x0 >= 1.8: far from the best value
         tell_one(http, sid, {"x0": x0, "x1": 0.5, "x2": 0.5})
         kinds.append(settled(http, sid, n)["fit_kind"])
         ask = http.post(f"/v1/studies/{sid}/ask", json={})  # served from the extended snapshot
@@ -98,7 +99,7 @@ def test_a_tell_that_finds_no_new_best_extends_the_newest_snapshot_and_a_new_bes
         assert tell.status_code == 200, tell.text
     assert kinds == ["extend", "extend"]
     tell_one(http, sid, {"x0": 0.0, "x1": 1.0, "x2": 0.0})  # sin(4): the box's least value, a new best
-    assert settled(http, sid, 23)["fit_kind"] in ("update", "full")
+    assert settled(http, sid, 43)["fit_kind"] in ("update", "full")
     assert fits(http).get("extend", 0) - before.get("extend", 0) >= 2
 
 
