@@ -22,8 +22,12 @@ every method including Tune's own trial creation, and the checkpoint saves (``sa
 Reported: per task and seed the best value of the ``--trials`` trials (in order of completion) and
 the methods' ranks (1 = best, ties share); the mean rank; wins / losses / ties of calibo against
 each Optuna sampler (two-sided binomial p); the mean best per task; the driver's milliseconds per
-trial; and, for calibo, the searcher's own counters (trials asked ahead and unused, the most in
-flight on the server, the suggestions that waited).
+trial; per run, its wall time, the seconds its trials ran (Tune's ``time_total_s``, summed: the CPU
+is shared with the driver and calibo's server) and the CPU seconds of their objectives (what the
+configurations chosen cost to train, whatever else ran), the CPU seconds of the whole machine
+over the run and of calibo's server among them (its API process and fit workers); and, for calibo, the searcher's own
+counters (trials asked ahead and unused, the most in flight on the server, the suggestions that
+waited).
 
     python -m benchmarks.ray_tune                       # 4 tasks x 5 seeds x 4 methods, 60 trials
     python -m benchmarks.ray_tune --quick               # smoke run: 1 task, 1 seed, 16 trials
@@ -87,10 +91,11 @@ def trainable(config: dict[str, Any], task: str) -> None:
     from ray import tune
 
     t = TASKS[task]
+    cpu = time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         value = float(t.objective({k: config[k] for k in t.space}))
-    tune.report({METRIC: value})
+    tune.report({METRIC: value, "objective_cpu_s": time.process_time() - cpu})
 
 
 class _Clock:
@@ -230,6 +235,8 @@ class _Order:
                 self.values: list[float | None] = []
                 self.most = 0
                 self.running = 0
+                self.trial_s = 0.0  # the trials' own run time (Tune's time_total_s), summed
+                self.objective_cpu_s = 0.0  # the CPU seconds of the objectives, summed
 
             def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
                 self.running += 1
@@ -237,8 +244,11 @@ class _Order:
 
             def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
                 self.running -= 1
-                v = (trial.last_result or {}).get(METRIC)
+                result = trial.last_result or {}
+                v = result.get(METRIC)
                 self.values.append(float(v) if v is not None and np.isfinite(v) else None)
+                self.trial_s += float(result.get("time_total_s", 0.0))
+                self.objective_cpu_s += float(result.get("objective_cpu_s", 0.0))
 
             def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
                 self.running -= 1
@@ -278,15 +288,34 @@ def run_one(method: str, task: str, seed: int, trials: int, in_flight: int, cpus
     wall = time.perf_counter() - t0
     run: dict[str, Any] = {"method": method, "task": task, "seed": seed, "values": order.values,
                            "searcher_s": float(proxy.seconds), "driver_s": float(alg.seconds),
-                           "save_s": save_s[0], "wall_s": wall, "most_running": order.most}
+                           "save_s": save_s[0], "wall_s": wall, "most_running": order.most,
+                           "trial_s": order.trial_s, "objective_cpu_s": order.objective_cpu_s}
     if calibo is not None:
         calibo.shutdown()
         stats = calibo.stats
         run["calibo"] = {"batch": calibo.batch, "asked": stats["asked"], "asks": stats["asks"],
                          "unused": stats["unused"], "max_in_flight": stats["max_in_flight"],
                          "suggest_waits": stats["suggest_waits"], "suggest_wait_s": stats["suggest_wait_s"],
-                         "suggest_none": stats["suggest_none"], "told": stats["told"]}
+                         "suggest_none": stats["suggest_none"], "ask_s": stats.get("ask_s", 0.0),
+                         "told": stats["told"]}
     return run
+
+
+def cpu_seconds(server_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far of the whole machine (every core, user + system) and of calibo's server
+    (its process and its fit workers): a run's share of the machine's time that the server took."""
+    import psutil
+
+    t = psutil.cpu_times()
+    out = {"machine": float(t.user + t.system), "server": 0.0}
+    if server_pid is not None:
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(server_pid)
+            for p in [proc, *proc.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    c = p.cpu_times()
+                    out["server"] += float(c.user + c.system)
+    return out
 
 
 # ------------------------------------------------------------------ analysis
@@ -318,15 +347,25 @@ def summarize(runs: list[dict[str, Any]], trials: int) -> dict[str, Any]:
         "driver_ms_per_trial": {m: per_trial_ms(m, "driver_s") for m in methods},
         "save_ms_per_trial": {m: per_trial_ms(m, "save_s") for m in methods},
         "wall_s_per_run": {m: float(np.mean([r["wall_s"] for r in per_run[m]])) for m in methods},
+        # what the trials themselves took: their run time (CPU shared with the searcher's server) and
+        # their objectives' CPU seconds (what the configurations chosen cost to train), per run
+        "trial_s_per_run": {m: float(np.mean([r.get("trial_s", np.nan) for r in per_run[m]])) for m in methods},
+        "objective_cpu_s_per_run": {m: float(np.mean([r.get("objective_cpu_s", np.nan) for r in per_run[m]]))
+                                    for m in methods},
+        # the machine's CPU seconds over the run (all cores), and calibo's server's among them
+        "machine_cpu_s_per_run": {m: float(np.mean([r.get("machine_cpu_s", np.nan) for r in per_run[m]]))
+                                  for m in methods},
+        "server_cpu_s_per_run": {m: float(np.mean([r.get("server_cpu_s", np.nan) for r in per_run[m]]))
+                                 for m in methods},
         "errored": {m: int(sum(v is None for r in per_run[m] for v in r.get("values", ()))) for m in methods},
         "sign_tests": {f"calibo vs {p}": report.sign_test(curves, "calibo", p, full, trials)
                        for p in PEERS if "calibo" in methods and p in methods},
     }
     cal = [r["calibo"] for r in per_run.get("calibo", [])]
     if cal:
-        out["calibo"] = {k: float(np.mean([c[k] for c in cal])) for k in
-                         ("batch", "asked", "unused", "max_in_flight", "suggest_waits", "suggest_wait_s",
-                          "suggest_none")}
+        out["calibo"] = {k: float(np.mean([c.get(k, np.nan) for c in cal])) for k in
+                         ("batch", "asked", "asks", "unused", "max_in_flight", "suggest_waits", "suggest_wait_s",
+                          "suggest_none", "ask_s")}
     s, t = out["searcher_ms_per_trial"], out["driver_ms_per_trial"]
     if "calibo" in methods and "optuna_tpe" in methods:
         out["aims"] = {"searcher_time_at_most_optuna_tpe": bool(s["calibo"] <= s["optuna_tpe"]),
@@ -337,11 +376,16 @@ def summarize(runs: list[dict[str, Any]], trials: int) -> dict[str, Any]:
 def print_tables(summary: dict[str, Any]) -> None:
     methods = summary["methods"]
     rows = [[m, summary["mean_rank"][m], summary["searcher_ms_per_trial"][m], summary["driver_ms_per_trial"][m],
-             summary["save_ms_per_trial"][m], summary["wall_s_per_run"][m], summary["errored"][m]]
+             summary["save_ms_per_trial"][m], summary["wall_s_per_run"][m],
+             summary.get("trial_s_per_run", {}).get(m, float("nan")),
+             summary.get("objective_cpu_s_per_run", {}).get(m, float("nan")),
+             summary.get("machine_cpu_s_per_run", {}).get(m, float("nan")),
+             summary.get("server_cpu_s_per_run", {}).get(m, float("nan")), summary["errored"][m]]
             for m in sorted(methods, key=lambda m: summary["mean_rank"][m] or 0)]
     report.print_table(f"Ray Tune, {summary['cells']} task x seed cells, best of {summary['trials']} trials: "
                        "mean rank (1 = best) and the driver's milliseconds per trial",
-                       ["method", "rank", "search ms", "driver ms", "save ms", "run s", "errors"], rows,
+                       ["method", "rank", "search ms", "driver ms", "save ms", "run s", "trials s", "obj CPU s",
+                        "CPU s", "server CPU", "errors"], rows,
                        first=14, width=11)
     report.print_table(f"mean best of {summary['trials']} trials per task (lower is better)",
                        ["task", *methods], [[t, *(summary["mean_best"][m][t] for m in methods)]
@@ -354,7 +398,8 @@ def print_tables(summary: dict[str, Any]) -> None:
               f"unused {c['unused']:.1f}, most in flight on the server {c['max_in_flight']:.1f}, "
               f"suggestions that waited {c['suggest_waits']:.1f} "
               f"({1000 * c['suggest_wait_s']:.0f} ms in all: the study's creation and first ask, mostly), "
-              f"that answered None {c['suggest_none']:.1f}")
+              f"that answered None {c['suggest_none']:.1f}; asks {c.get('asks', float('nan')):.1f} taking "
+              f"{c.get('ask_s', float('nan')):.2f} s in all")
     for k, v in summary.get("aims", {}).items():
         print(f"aim {k}: {'met' if v else 'NOT met'}")
 
@@ -433,20 +478,25 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("ray").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="calibo-ray-bench-") as tmp, contextlib.ExitStack() as stack:
         tmp_path = Path(tmp)
-        base_url = None
+        base_url, server_pid = None, None
         if "calibo" in methods and jobs:
             db = stack.enter_context(database("sqlite", tmp_path, "ray"))
-            base_url, _, _ = stack.enter_context(calibo_server(db, tmp_path, "ray", workers=1))
+            base_url, _, server_pid = stack.enter_context(calibo_server(db, tmp_path, "ray", workers=1))
         ray.init(num_cpus=max(1, int(np.ceil(args.cpus))), include_dashboard=False, log_to_driver=False,
                  configure_logging=True, logging_level=logging.ERROR)
         stack.callback(ray.shutdown)
         for method, task, seed in tqdm(jobs, desc="ray tune runs", file=sys.stderr):
+            cpu0 = cpu_seconds(server_pid)
             try:
-                runs.append(run_one(method, task, seed, args.trials, args.in_flight, args.cpus, base_url,
-                                    tmp_path / "tune", args.calibo_batch))
+                run = run_one(method, task, seed, args.trials, args.in_flight, args.cpus, base_url,
+                              tmp_path / "tune", args.calibo_batch)
             except Exception as e:  # one run crashing is reported, not fatal
                 log(f"run {(method, task, seed)} failed: {e!r}")
                 continue
+            cpu1 = cpu_seconds(server_pid)
+            run["machine_cpu_s"] = cpu1["machine"] - cpu0["machine"]
+            run["server_cpu_s"] = cpu1["server"] - cpu0["server"]  # 0 for the Optuna runs: the server idles
+            runs.append(run)
             partial.parent.mkdir(parents=True, exist_ok=True)
             partial.write_text(report.dumps({"meta": meta, "runs": runs}))
     meta["wall_seconds"] = time.time() - t_start

@@ -163,7 +163,7 @@ class CaliboSearch(Checkpoints, Searcher):
         self._closed = False
         self._sender = Sender(self._heartbeats, self._heartbeat_interval)
         self.stats: dict[str, Any] = {"asks": 0, "asked": 0, "suggest_waits": 0, "suggest_wait_s": 0.0,
-                                      "suggest_none": 0, "max_in_flight": 0, "unused": 0, "reported": 0,
+                                      "suggest_none": 0, "ask_s": 0.0, "max_in_flight": 0, "unused": 0, "reported": 0,
                                       "told": {"complete": 0, "pruned": 0, "failed": 0}}
         _LIVE.add(self)
 
@@ -455,7 +455,9 @@ class CaliboSearch(Checkpoints, Searcher):
                 self._asking = True
             try:
                 study = self._ensure_study()
+                t0 = time.perf_counter()
                 trials = self.client.ask(study, count, self._worker_id, key)
+                took = time.perf_counter() - t0
             except BaseException as e:  # noqa: BLE001 - handed to the driver's next suggest
                 logger.warning("calibo.ray: ask failed: %r", e)
                 with self._lock:
@@ -470,6 +472,7 @@ class CaliboSearch(Checkpoints, Searcher):
                 self._asking = False
                 self.stats["asks"] += 1
                 self.stats["asked"] += len(trials)
+                self.stats["ask_s"] += took
                 self._queue.extend(trials)
                 self._sender.start()  # the heartbeats of the trials asked ahead and handed out
                 if self._finished or self._hold or self._closed or study != self._study_id:
