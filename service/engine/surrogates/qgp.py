@@ -115,7 +115,7 @@ def _hyper_of(kernel: Kernel, d: int) -> dict[str, Any] | None:
         return None
 
 
-class _Conditioned(GaussianProcessRegressor):
+class _Conditioned(GaussianProcessRegressor):  # type: ignore[misc]  # scikit-learn ships no type information
     """scikit-learn's GP on a kernel kept as given (``optimizer=None``: fold models, split models,
     the fits that keep a full refit's hyperparameters), whose ``fit`` leaves out the log marginal
     likelihood scikit-learn computes for the record after fitting: a second kernel evaluation and
