@@ -397,7 +397,8 @@ def print_tables(summary: dict[str, Any]) -> None:
         print(f"calibo searcher, mean per run: batch {c['batch']:.0f}, asked {c['asked']:.1f}, "
               f"unused {c['unused']:.1f}, most in flight on the server {c['max_in_flight']:.1f}, "
               f"suggestions that waited {c['suggest_waits']:.1f} "
-              f"({1000 * c['suggest_wait_s']:.0f} ms in all: the study's creation and first ask, mostly), "
+              f"({1000 * c['suggest_wait_s']:.0f} ms in all: the study's creation and first ask, and asks out "
+              "while trials ran), "
               f"that answered None {c['suggest_none']:.1f}; asks {c.get('asks', float('nan')):.1f} taking "
               f"{c.get('ask_s', float('nan')):.2f} s in all")
     for k, v in summary.get("aims", {}).items():

@@ -207,18 +207,59 @@ def test_suggestions_come_from_batches_asked_ahead_and_each_end_is_told_once() -
     assert not fake.running and not fake.twice
 
 
-def test_suggest_never_waits_on_the_server_while_trials_run() -> None:
+def test_while_trials_run_suggest_waits_for_the_ask_out_a_bounded_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    import calibo.ray.searcher as searcher
+
+    monkeypatch.setattr(searcher, "ASK_OUT_WAIT", 0.3)
     fake = FakeClient()
     s = _searcher(fake, batch=1)
     fake.gate.clear()
     fake.hold_after = 1  # the second ask (asked ahead as t1 is handed out) hangs
     assert s.suggest("t1") is not None  # nothing runs yet: it waits for the first ask
     t0 = time.perf_counter()
-    assert s.suggest("t2") is None  # t1 runs: Tune will call again
-    assert time.perf_counter() - t0 < 0.05
-    fake.gate.set()
-    assert _suggest(s, "t2") is not None
+    assert s.suggest("t2") is None  # t1 runs and the ask out does not answer: None, once the wait is over
+    assert 0.3 <= time.perf_counter() - t0 < 5.0
+    assert s.stats["suggest_none"] == 1
+    threading.Timer(0.1, fake.gate.set).start()  # the ask answers while suggest waits: Tune gets it now
+    assert s.suggest("t2") is not None
+    assert s.stats["suggest_none"] == 1
     s.shutdown()
+
+
+def _settled(s: CaliboSearch) -> int:
+    """The trials the searcher holds once no ask is in flight."""
+    deadline = time.monotonic() + 10
+    while (s._asking or s._job is not None) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return len(s._queue)
+
+
+def test_with_tunes_concurrency_known_one_ask_covers_every_free_slot() -> None:
+    fake = FakeClient()
+    s = _searcher(fake, batch=2)
+    assert s.set_max_concurrency(8) is False  # Tune's ConcurrencyLimiter still limits
+    for i in range(8):  # Tune fills its 8 slots: the first ask covers them
+        assert _suggest(s, f"t{i}") is not None
+    assert fake.asks[0] == 8
+    held = _settled(s)
+    assert 1 <= held <= 2  # then the batch is asked ahead, as without it
+    asks = len(fake.asks)
+    for i in range(5):  # five end at once: the held trials cover some of the free slots
+        s.on_trial_complete(f"t{i}", {"loss": 1.0, "training_iteration": 1})
+    for i in range(5):  # Tune fills them
+        assert _suggest(s, f"u{i}") is not None
+    # the first of them left 4 running and held - 1: one ask covered the other free slots
+    assert fake.asks[asks] == 8 - 4 - (held - 1)
+    s.shutdown()
+
+
+def test_without_tunes_concurrency_an_ask_tops_up_the_batch() -> None:
+    fake = FakeClient()
+    s = _searcher(fake, batch=2)
+    for i in range(4):
+        assert _suggest(s, f"t{i}") is not None
+    s.shutdown()
+    assert max(fake.asks) <= 2
 
 
 def test_trials_asked_ahead_and_never_used_are_told_failed() -> None:
@@ -255,10 +296,15 @@ def test_num_samples_bounds_what_is_asked_ahead() -> None:
 def test_pickles_and_checkpoints_hold_no_token(tmp_path: Any) -> None:
     s = CaliboSearch({"x": tune.uniform(0, 1)}, "loss", "min", url="http://127.0.0.1:9", token="s3cret-token",
                      study_name="kept", max_trials=9)
+    s.set_max_concurrency(4)  # Tune's ConcurrencyLimiter said so before the experiment was pickled
     blob = pickle.dumps(s)
     assert b"s3cret-token" not in blob
     copy = pickle.loads(blob)
     assert copy._token is None and copy.client.base_url == "http://127.0.0.1:9"
+    assert copy._max_concurrent == 4
+    older = CaliboSearch.__new__(CaliboSearch)  # pickled before the searcher kept it
+    older.__setstate__({k: v for k, v in s.__getstate__().items() if k != "_max_concurrent"})
+    assert older._max_concurrent is None
     s.save(str(tmp_path / "ckpt.pkl"))
     assert b"s3cret-token" not in (tmp_path / "ckpt.pkl").read_bytes()
     fresh = CaliboSearch()

@@ -25,7 +25,7 @@ logger = logging.getLogger("calibo.ray")
 SAVE_FLUSH_TIMEOUT = 10.0  # seconds a checkpoint waits for the queued reports and tells (Tune's driver waits with it)
 _PICKLED = {"_metric", "_mode", "_space", "_url", "_study_name", "_study_options", "_batch", "_max_trials",
             "_max_t", "_points", "_report", "_heartbeat_interval", "_worker_id", "_study_id", "_trials",
-            "_num_samples", "_stop_iterations"}
+            "_num_samples", "_stop_iterations", "_max_concurrent"}
 
 
 class Checkpoints:
@@ -34,6 +34,7 @@ class Checkpoints:
     if TYPE_CHECKING:  # CaliboSearch's (and Tune's Searcher's), which this class is mixed into
         _metric: str | None
         _mode: str | None
+        _max_concurrent: int | None
         _url: str | None
         _token: str | None
         _client: Client | None
@@ -63,6 +64,7 @@ class Checkpoints:
         return {k: v for k, v in self.__dict__.items() if k in _PICKLED}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        self._max_concurrent = None  # a copy pickled before the searcher kept Tune's concurrency
         self.__dict__.update(state)
         self._client = None
         self._token = None

@@ -30,6 +30,9 @@ logger = logging.getLogger("calibo.ray")
 # trials last less than an ask (about a second)
 DEFAULT_BATCH = 2
 FIRST_ASK_TIMEOUT = 120.0  # seconds suggest waits for trials when none is running (it blocks Tune then)
+# seconds suggest waits, while trials run, for the ask already out: Tune keeps one finished trial's
+# worker for the next trial and stops the others, so a slot answered None costs a new worker later
+ASK_OUT_WAIT = 1.0
 
 _LIVE: weakref.WeakSet[CaliboSearch] = weakref.WeakSet()
 
@@ -135,6 +138,7 @@ class CaliboSearch(Checkpoints, Searcher):
         self._study_id: int | None = None
         self._trials: dict[str, int] = {}  # Tune's trial id -> the study's trial id
         # the process's own
+        self._max_concurrent: int | None = None  # Tune's ConcurrencyLimiter's (set_max_concurrency)
         self._num_samples: int | None = None
         self._stop_iterations: int | None = None
         self._setup()
@@ -242,6 +246,13 @@ class CaliboSearch(Checkpoints, Searcher):
                 self._maybe_fetch_locked()
         return True
 
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        """Tune's ``ConcurrencyLimiter`` (``max_concurrent_trials``) says how many trials may run at once:
+        an ask then covers every slot Tune has free (see ``_maybe_fetch_locked``). False: the limiter
+        still does the limiting."""
+        self._max_concurrent = max_concurrent if max_concurrent and max_concurrent > 0 else None
+        return False
+
     @property
     def batch(self) -> int:
         """How many trials are asked for ahead of Tune."""
@@ -262,8 +273,10 @@ class CaliboSearch(Checkpoints, Searcher):
                 return Searcher.FINISHED
             self._hold = self._closed = False
             self._maybe_fetch_locked()
+            if not self._queue and self._live:
+                self._wait_for_ask_out_locked()
             if not self._queue:
-                if self._live:  # trials are running: Tune calls again within its next step
+                if self._live:  # trials are running and no ask answered in time: Tune calls again at its next step
                     self.stats["suggest_none"] += 1
                     return None
                 t0 = time.perf_counter()  # nothing running: Tune would sleep a second between tries
@@ -289,6 +302,18 @@ class CaliboSearch(Checkpoints, Searcher):
             else:
                 self._maybe_fetch_locked()
         return space.config(trial.params)
+
+    def _wait_for_ask_out_locked(self) -> None:
+        """While trials run, wait up to ``ASK_OUT_WAIT`` for the ask that is out (one an ask's time,
+        the newest fit's on the server at most) rather than answer None at once."""
+        if not (self._asking or self._job is not None):
+            return
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + ASK_OUT_WAIT
+        while not self._queue and (self._asking or self._job is not None) and time.monotonic() < deadline:
+            self._lock.wait(max(0.0, deadline - time.monotonic()))
+        self.stats["suggest_waits"] += 1
+        self.stats["suggest_wait_s"] += time.perf_counter() - t0
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         step = result.get("training_iteration")
@@ -419,15 +444,22 @@ class CaliboSearch(Checkpoints, Searcher):
         return self._reached
 
     def _maybe_fetch_locked(self) -> None:
-        """Have the asker ask for more when half the batch is handed out (never past the budget)."""
+        """Have the asker ask for more when half the batch is handed out, or when Tune has more slots
+        free than trials are held for it (never past the budget).
+
+        The batch is asked ahead of Tune; free slots are not ahead: Tune starts a trial in each at once.
+        With ``max_concurrent`` known, one ask covers them all, where one trial an ask (each waiting on
+        the server for the newest fit) left the slots empty for an ask's time each.
+        """
         if self._job is not None or self._asking or self._finished or self._hold or self._closed:
             return
         if time.monotonic() < self._retry_at:
             return
         batch = self.batch
-        if len(self._queue) > batch // 2:
+        free = 0 if self._max_concurrent is None else self._max_concurrent - len(self._live) - len(self._queue)
+        if len(self._queue) > batch // 2 and free <= 0:
             return
-        want = batch - len(self._queue)
+        want = max(batch - len(self._queue), free)
         if self._max_trials is not None:
             want = min(want, self._max_trials - len(self._trials) - len(self._queue))
         if self._num_samples is not None:  # Tune's num_samples: what it will ask for in this run
