@@ -253,6 +253,18 @@ def test_with_tunes_concurrency_known_one_ask_covers_every_free_slot() -> None:
     s.shutdown()
 
 
+def test_an_ask_for_tunes_free_slots_stays_within_what_the_server_takes() -> None:
+    from calibo.ray.searcher import ASK_MOST
+    from calibo.server.api.schemas.trials import MAX_COUNT
+    assert ASK_MOST == MAX_COUNT
+    fake = FakeClient()
+    s = _searcher(fake, batch=2)
+    s.set_max_concurrency(1000)  # a cluster's worth of slots
+    assert _suggest(s, "t0") is not None
+    s.shutdown()
+    assert fake.asks[0] == MAX_COUNT
+
+
 def test_without_tunes_concurrency_an_ask_tops_up_the_batch() -> None:
     fake = FakeClient()
     s = _searcher(fake, batch=2)

@@ -33,6 +33,7 @@ FIRST_ASK_TIMEOUT = 120.0  # seconds suggest waits for trials when none is runni
 # seconds suggest waits, while trials run, for the ask already out: Tune keeps one finished trial's
 # worker for the next trial and stops the others, so a slot answered None costs a new worker later
 ASK_OUT_WAIT = 1.0
+ASK_MOST = 256  # the most trials one ask may ask for (the server's AskRequest.count bound)
 
 _LIVE: weakref.WeakSet[CaliboSearch] = weakref.WeakSet()
 
@@ -459,7 +460,7 @@ class CaliboSearch(Checkpoints, Searcher):
         free = 0 if self._max_concurrent is None else self._max_concurrent - len(self._live) - len(self._queue)
         if len(self._queue) > batch // 2 and free <= 0:
             return
-        want = max(batch - len(self._queue), free)
+        want = min(max(batch - len(self._queue), free), ASK_MOST)
         if self._max_trials is not None:
             want = min(want, self._max_trials - len(self._trials) - len(self._queue))
         if self._num_samples is not None:  # Tune's num_samples: what it will ask for in this run
