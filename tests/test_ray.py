@@ -208,9 +208,9 @@ def test_suggestions_come_from_batches_asked_ahead_and_each_end_is_told_once() -
 
 
 def test_while_trials_run_suggest_waits_for_the_ask_out_a_bounded_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    import calibo.ray.searcher as searcher
+    import calibo.ray.asking as asking
 
-    monkeypatch.setattr(searcher, "ASK_OUT_WAIT", 0.3)
+    monkeypatch.setattr(asking, "ASK_OUT_WAIT", 0.3)
     fake = FakeClient()
     s = _searcher(fake, batch=1)
     fake.gate.clear()
@@ -220,7 +220,7 @@ def test_while_trials_run_suggest_waits_for_the_ask_out_a_bounded_time(monkeypat
     assert s.suggest("t2") is None  # t1 runs and the ask out does not answer: None, once the wait is over
     assert 0.3 <= time.perf_counter() - t0 < 5.0
     assert s.stats["suggest_none"] == 1
-    monkeypatch.setattr(searcher, "ASK_OUT_WAIT", 30.0)  # however loaded the machine, the ask lands first
+    monkeypatch.setattr(asking, "ASK_OUT_WAIT", 30.0)  # however loaded the machine, the ask lands first
     threading.Timer(0.1, fake.gate.set).start()  # the ask answers while suggest waits: Tune gets it now
     assert s.suggest("t2") is not None
     assert s.stats["suggest_none"] == 1
@@ -255,7 +255,7 @@ def test_with_tunes_concurrency_known_one_ask_covers_every_free_slot() -> None:
 
 
 def test_an_ask_for_tunes_free_slots_stays_within_what_the_server_takes() -> None:
-    from calibo.ray.searcher import ASK_MOST
+    from calibo.ray.asking import ASK_MOST
     from calibo.server.api.schemas.trials import MAX_COUNT
     assert ASK_MOST == MAX_COUNT
     fake = FakeClient()
