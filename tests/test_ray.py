@@ -415,6 +415,7 @@ def test_tuner_fit_tells_every_trial_once(live_server: LiveServer, local_ray: An
     assert states.count("failed") == len(errors) >= 1 and states.count("pruned") >= 1
     assert by_ray[next(iter(search.trial_map))].params["x"] == 1.9  # the point to evaluate came first
     assert search.stats["max_in_flight"] <= 8 + search.batch and search.batch == 2  # the default
+    assert search._max_concurrent == 8  # Tune's ConcurrencyLimiter told it: its asks cover the free slots
     assert search.stats["reported"] >= sum(1 for t in trials if t.state == "complete") * steps
 
 
