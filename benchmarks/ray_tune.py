@@ -25,9 +25,9 @@ each Optuna sampler (two-sided binomial p); the mean best per task; the driver's
 trial; per run, its wall time, the seconds its trials ran (Tune's ``time_total_s``, summed: the CPU
 is shared with the driver and calibo's server) and the CPU seconds of their objectives (what the
 configurations chosen cost to train, whatever else ran), the CPU seconds of the whole machine
-over the run and of calibo's server among them (its API process and fit workers); and, for calibo, the searcher's own
-counters (trials asked ahead and unused, the most in flight on the server, the suggestions that
-waited).
+over the run and of calibo's server among them (its API process and fit workers); and, for calibo,
+the searcher's own counters (trials asked ahead and unused, the most in flight on the server, the
+suggestions that waited).
 
     python -m benchmarks.ray_tune                       # 4 tasks x 5 seeds x 4 methods, 60 trials
     python -m benchmarks.ray_tune --quick               # smoke run: 1 task, 1 seed, 16 trials
@@ -338,6 +338,9 @@ def summarize(runs: list[dict[str, Any]], trials: int) -> dict[str, Any]:
         rs = per_run[m]
         return 1000.0 * float(np.mean([r[key] / max(1, report.n_values(r)) for r in rs])) if rs else float("nan")
 
+    def per_run_mean(key: str) -> dict[str, float]:  # NaN where runs of an older file lack the key
+        return {m: float(np.mean([r.get(key, np.nan) for r in per_run[m]])) for m in methods}
+
     out: dict[str, Any] = {
         "methods": methods, "cells": len(full), "tasks": tasks, "trials": trials,
         "mean_rank": {m: float(np.mean(ranks[m])) if ranks[m] else None for m in methods},
@@ -346,17 +349,14 @@ def summarize(runs: list[dict[str, Any]], trials: int) -> dict[str, Any]:
         "searcher_ms_per_trial": {m: per_trial_ms(m, "searcher_s") for m in methods},
         "driver_ms_per_trial": {m: per_trial_ms(m, "driver_s") for m in methods},
         "save_ms_per_trial": {m: per_trial_ms(m, "save_s") for m in methods},
-        "wall_s_per_run": {m: float(np.mean([r["wall_s"] for r in per_run[m]])) for m in methods},
+        "wall_s_per_run": per_run_mean("wall_s"),
         # what the trials themselves took: their run time (CPU shared with the searcher's server) and
         # their objectives' CPU seconds (what the configurations chosen cost to train), per run
-        "trial_s_per_run": {m: float(np.mean([r.get("trial_s", np.nan) for r in per_run[m]])) for m in methods},
-        "objective_cpu_s_per_run": {m: float(np.mean([r.get("objective_cpu_s", np.nan) for r in per_run[m]]))
-                                    for m in methods},
+        "trial_s_per_run": per_run_mean("trial_s"),
+        "objective_cpu_s_per_run": per_run_mean("objective_cpu_s"),
         # the machine's CPU seconds over the run (all cores), and calibo's server's among them
-        "machine_cpu_s_per_run": {m: float(np.mean([r.get("machine_cpu_s", np.nan) for r in per_run[m]]))
-                                  for m in methods},
-        "server_cpu_s_per_run": {m: float(np.mean([r.get("server_cpu_s", np.nan) for r in per_run[m]]))
-                                 for m in methods},
+        "machine_cpu_s_per_run": per_run_mean("machine_cpu_s"),
+        "server_cpu_s_per_run": per_run_mean("server_cpu_s"),
         "errored": {m: int(sum(v is None for r in per_run[m] for v in r.get("values", ()))) for m in methods},
         "sign_tests": {f"calibo vs {p}": report.sign_test(curves, "calibo", p, full, trials)
                        for p in PEERS if "calibo" in methods and p in methods},
