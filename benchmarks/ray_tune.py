@@ -62,7 +62,7 @@ import numpy as np  # noqa: E402
 from benchmarks.harness import report  # noqa: E402
 from benchmarks.harness.servers import ROOT, calibo_server, database, versions  # noqa: E402
 from benchmarks.harness.tasks import TASKS, select  # noqa: E402
-from benchmarks.harness.timing import log  # noqa: E402
+from benchmarks.harness.timing import log, process_cpu  # noqa: E402
 
 METHODS = ("calibo", "optuna_tpe", "optuna_gp", "random")
 PEERS = ("optuna_tpe", "optuna_gp")
@@ -302,20 +302,11 @@ def run_one(method: str, task: str, seed: int, trials: int, in_flight: int, cpus
 
 
 def cpu_seconds(server_pid: int | None) -> dict[str, float]:
-    """CPU seconds so far of the whole machine (every core, user + system) and of calibo's server
-    (its process and its fit workers): a run's share of the machine's time that the server took."""
-    import psutil
-
-    t = psutil.cpu_times()
-    out = {"machine": float(t.user + t.system), "server": 0.0}
-    if server_pid is not None:
-        with contextlib.suppress(psutil.Error):
-            proc = psutil.Process(server_pid)
-            for p in [proc, *proc.children(recursive=True)]:
-                with contextlib.suppress(psutil.Error):
-                    c = p.cpu_times()
-                    out["server"] += float(c.user + c.system)
-    return out
+    """CPU seconds so far of the whole machine (every core) and of calibo's server (its process
+    group: the API process and its fit workers), from ``timing.process_cpu``."""
+    used = process_cpu(server_pid)
+    return {"machine": used.get("machine", 0.0),
+            "server": used.get("server_api", 0.0) + used.get("server_workers", 0.0)}
 
 
 # ------------------------------------------------------------------ analysis
