@@ -172,6 +172,63 @@ def katib(args: argparse.Namespace) -> int:
     return 0
 
 
+# what Optuna's gRPC storage proxy needs beyond calibo's client: the optuna extra
+OPTUNA_MODULES = {"optuna", "grpc", "google"}
+OPTUNA_GRPC_GRACE = 10.0  # seconds the calls in flight get to finish after SIGTERM / Ctrl-C
+
+
+def optuna_grpc(args: argparse.Namespace) -> int:
+    """Optuna's gRPC storage proxy over a calibo server (``calibo.optuna.CaliboStorage``), until
+    SIGTERM / Ctrl-C: Optuna workers anywhere use ``optuna.storages.GrpcStorageProxy(host, port)``."""
+    import logging
+    import os
+    import signal
+    import threading
+
+    try:
+        import grpc  # noqa: F401 - optuna imports it lazily, at the first call: fail here instead
+        from google.protobuf import runtime_version  # noqa: F401 - as grpc: optuna's messages need it
+        from optuna.storages._grpc.server import make_server
+
+        from calibo.optuna import CaliboStorage
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in OPTUNA_MODULES:
+            raise  # a server module: main() names the server extra
+        print(f"calibo optuna-grpc: {e}. Optuna's gRPC proxy needs the optuna extra (optuna, grpcio, "
+              "protobuf): pip install 'calibo[optuna]'", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("calibo.optuna_grpc")
+    url = args.url or os.environ.get("CALIBO_URL") or "http://127.0.0.1:8000"
+    token = args.token or os.environ.get("CALIBO_TOKEN") or None
+    storage = CaliboStorage(url, token=token)
+    # optuna.storages.run_grpc_proxy_server(storage, host=, port=) is make_server + start +
+    # wait_for_termination, with no way to stop it: the server itself, so that SIGTERM (a container
+    # stop) lets the calls in flight finish (a trial told as the pod stops is not lost)
+    try:
+        server = make_server(storage, args.host, args.port)
+    except RuntimeError as e:  # grpc: "Failed to bind to address ..."
+        print(f"calibo optuna-grpc: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 1
+    server.start()
+    log.info("Optuna gRPC storage proxy on %s:%s over the calibo server %s", args.host, args.port, url)
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        log.info("stopping: calls in flight get %.0f s", OPTUNA_GRPC_GRACE)
+        server.stop(OPTUNA_GRPC_GRACE).wait()
+        close = getattr(storage, "close", None)
+        if callable(close):
+            close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="calibo", description="calibo: ask/tell HPO from calibrated surrogates")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -203,6 +260,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--token", default=None, help="its API token (default $CALIBO_TOKEN)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=katib)
+
+    p = sub.add_parser("optuna-grpc", help="serve Optuna's gRPC storage proxy over a calibo server, for "
+                       "optuna.storages.GrpcStorageProxy (the optuna extra)")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=13000, help="Optuna's own examples use 13000")
+    p.add_argument("--url", default=None, help="the calibo server (default $CALIBO_URL, then http://127.0.0.1:8000)")
+    p.add_argument("--token", default=None, help="its API token, with the write role (default $CALIBO_TOKEN)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=optuna_grpc)
 
     p = sub.add_parser("demo", help="run the in-process optimizer on Branin")
     p.add_argument("--trials", type=_at_least_one, default=60)
