@@ -1,5 +1,6 @@
 """Print docker/constraints.txt: the exact versions, from a venv where `make venv` installed calibo,
-of every package `calibo[server,katib]` pulls in (the image also serves `calibo katib`)
+of every package `calibo[server,katib,optuna]` pulls in (the image also serves `calibo katib` and
+`calibo optuna-grpc`)
 (test/bench-only packages out; torch out, the Dockerfile pins it on its own index).
 
     .venv/bin/python docker/constraints.py > docker/constraints.txt
@@ -13,6 +14,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 SKIP = {"calibo", "torch"}
+EXTRAS = {"server", "katib", "optuna"}  # the Dockerfile's `pip install ".[server,katib,optuna]"`
 
 
 def closure(root: str, extras: set[str]) -> dict[str, str]:
@@ -40,7 +42,7 @@ def closure(root: str, extras: set[str]) -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    print("# Exact versions of what `calibo[server,katib]` installs (torch excluded: the Dockerfile pins it).")
+    print("# Exact versions of what `calibo[server,katib,optuna]` installs (torch excluded: the Dockerfile pins it).")
     print("# Regenerate after `make venv`:  .venv/bin/python docker/constraints.py > docker/constraints.txt")
-    for _, pin in sorted(closure("calibo", {"server", "katib"}).items()):
+    for _, pin in sorted(closure("calibo", EXTRAS).items()):
         print(pin)
