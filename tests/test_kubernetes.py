@@ -6,7 +6,9 @@ labels, each Service's target port exists on the pods it selects, the PodDisrupt
 the HorizontalPodAutoscaler and the NetworkPolicy select what they are meant to, every Secret and
 ConfigMap a pod names exists with the key it reads, and every container runs non-root on a
 read-only root filesystem with resource requests and limits. Each checker returns its problems as
-strings; the mutation tests below show it finds a broken manifest.
+strings; the mutation tests below show it finds a broken manifest. Each optional component
+(deploy/kubernetes/components/) is checked with every overlay, as an overlay listing it under
+``components:`` renders it: the same checks, it adds objects and changes none, and its own tests.
 
 Without kubectl the tests skip, unless ``CALIBO_REQUIRE_KUBECTL=1`` (check.sh sets it), where they
 fail instead.
@@ -28,6 +30,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 KUBE = ROOT / "deploy" / "kubernetes"
 OVERLAYS = ("standalone", "external-db", "gpu-workers")
+COMPONENTS = ("optuna-grpc",)
 
 # Secrets the manifests read but do not contain (no credential is committed): the user creates them
 # before the first apply (docs/how-to/kubernetes.md), with these keys. Any other Secret a pod names
@@ -72,6 +75,30 @@ def renders() -> Iterator[dict[str, list[Doc]]]:
 @pytest.fixture(params=OVERLAYS)
 def overlay(request: pytest.FixtureRequest, renders: dict[str, list[Doc]]) -> tuple[str, list[Doc]]:
     return request.param, renders[request.param]
+
+
+def render_with(overlay: str, component: str, tmp: Path) -> list[Doc]:
+    """``overlay`` with ``component``, as an overlay that lists it under ``components:`` renders it
+    (check.sh renders the same; kustomize takes relative paths only)."""
+    rel = [os.path.relpath(KUBE / part, tmp) for part in (f"overlays/{overlay}", f"components/{component}")]
+    (tmp / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: calibo\n"
+        f"resources:\n  - {rel[0]}\ncomponents:\n  - {rel[1]}\n")
+    out = subprocess.run([_kubectl(), "kustomize", str(tmp)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, f"overlays/{overlay} with components/{component} failed:\n{out.stderr}"
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def component_renders(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], list[Doc]]:
+    return {(o, c): render_with(o, c, tmp_path_factory.mktemp(f"{o}-{c}")) for c in COMPONENTS for o in OVERLAYS}
+
+
+@pytest.fixture(params=[(o, c) for c in COMPONENTS for o in OVERLAYS], ids=lambda p: f"{p[0]}+{p[1]}")
+def with_component(request: pytest.FixtureRequest,
+                   component_renders: dict[tuple[str, str], list[Doc]]) -> tuple[str, str, list[Doc]]:
+    o, c = request.param
+    return o, c, component_renders[(o, c)]
 
 
 # ------------------------------------------------------------------ helpers
@@ -493,10 +520,17 @@ def test_the_how_to_names_every_user_supplied_secret_and_key() -> None:
             assert all(k in page for k in keys)
 
 
+# `calibo` commands that are clients of the API (calibo's Client inside): they read the client's variables
+# (client/_core.py), not the server's settings
+CLIENT_COMMANDS = {"optuna-grpc", "katib"}
+CLIENT_VARS = {"CALIBO_URL", "CALIBO_TOKEN"}
+
+
 def settings_problems(docs: list[Doc]) -> list[str]:
     """Each ``CALIBO_*`` variable a calibo container sees (its env and its ConfigMaps) is a server setting
     whose literal value the server accepts: the settings ignore unknown variables, so a misspelt name
-    would otherwise be dropped without a word."""
+    would otherwise be dropped without a word. A client command (CLIENT_COMMANDS) sees only the
+    client's variables."""
     from pydantic import ValidationError
 
     from calibo.server.config import Settings
@@ -505,12 +539,17 @@ def settings_problems(docs: list[Doc]) -> list[str]:
     out = []
     for where, tpl in templates(docs).items():
         for c in containers(tpl["spec"]):
-            if (c.get("command") or ["calibo"])[0] != "calibo":
+            command = c.get("command") or ["calibo"]
+            if command[0] != "calibo":
                 continue
             names = {e["name"] for e in c.get("env", [])}
             for src in c.get("envFrom", []):
                 if "configMapRef" in src:
                     names |= set(find(docs, "ConfigMap", src["configMapRef"]["name"]).get("data", {}))
+            if command[1:2] and command[1] in CLIENT_COMMANDS:
+                out += [f"{where} {c['name']}: calibo {command[1]} does not read {var}"
+                        for var in sorted(names) if var.startswith("CALIBO_") and var not in CLIENT_VARS]
+                continue
             values = {}
             for var in sorted(n for n in names if n.startswith("CALIBO_")):
                 if var not in known:
@@ -537,3 +576,102 @@ def test_a_misspelt_or_invalid_setting_is_caught(renders: dict[str, list[Doc]]) 
     del config["data"]["CALIBO_WORKER_CONCURENCY"]
     config["data"]["CALIBO_WORKER_MODE"] = "quue"
     assert any("worker_mode" in p for p in settings_problems(docs))
+
+
+# ------------------------------------------------------------------ the optional components
+def component_objects(component: str) -> set[tuple[str, str]]:
+    """(kind, name) of what the component adds."""
+    docs = yaml.safe_load_all((KUBE / "components" / component / f"{component}.yaml").read_text())
+    return {(d["kind"], d["metadata"]["name"]) for d in docs if d}
+
+
+def test_every_component_is_tested() -> None:
+    on_disk = {p.name for p in (KUBE / "components").iterdir() if (p / "kustomization.yaml").exists()}
+    assert on_disk == set(COMPONENTS)
+    for c in COMPONENTS:
+        assert yaml.safe_load((KUBE / "components" / c / "kustomization.yaml").read_text())["kind"] == "Component"
+
+
+def test_a_component_adds_its_objects_and_changes_nothing_else(
+        with_component: tuple[str, str, list[Doc]], renders: dict[str, list[Doc]]) -> None:
+    which, component, docs = with_component
+    own = component_objects(component)
+    assert own and {(d["kind"], d["metadata"]["name"]) for d in docs} >= own
+    assert [d for d in docs if (d["kind"], d["metadata"]["name"]) not in own] == renders[which]
+    assert {d["metadata"].get("namespace") for d in docs if d["kind"] != "Namespace"} == {"calibo"}
+    assert all(d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "calibo" for d in docs
+               if (d["kind"], d["metadata"]["name"]) in own)
+
+
+def test_a_component_holds_together_with_every_overlay(with_component: tuple[str, str, list[Doc]]) -> None:
+    which, _, docs = with_component
+    assert selector_problems(docs) == []
+    assert reference_problems(docs, USER_SECRETS[which]) == []
+    assert security_problems(docs) == []
+    assert settings_problems(docs) == []
+    # the component's pods reach no database: PostgreSQL still admits the API and the workers only
+    assert postgres_admits(docs)[1] == {"Deployment/calibo-api", "Deployment/calibo-worker"}
+
+
+def _optuna_grpc(docs: list[Doc]) -> tuple[Doc, Doc]:
+    spec = find(docs, "Deployment", "calibo-optuna-grpc")["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    return spec, c
+
+
+def test_the_optuna_grpc_proxy_serves_behind_its_service_over_the_api(
+        component_renders: dict[tuple[str, str], list[Doc]]) -> None:
+    from urllib.parse import urlsplit
+
+    from calibo.server.cli import OPTUNA_GRPC_GRACE
+
+    for which in OVERLAYS:
+        docs = component_renders[(which, "optuna-grpc")]
+        spec, c = _optuna_grpc(docs)
+        assert c["command"][:2] == ["calibo", "optuna-grpc"] and "0.0.0.0" in c["command"]
+        port = {p["name"]: p["containerPort"] for p in c["ports"]}["grpc"]
+        assert c["command"][c["command"].index("--port") + 1] == str(port) == "13000"
+        # gRPC, and Optuna's proxy answers no gRPC health service: the probes open the port
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert c[probe]["tcpSocket"] == {"port": "grpc"}, probe
+        svc = find(docs, "Service", "calibo-optuna-grpc")
+        assert selected({"matchLabels": svc["spec"]["selector"]}, docs) == {"Deployment/calibo-optuna-grpc"}
+        assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(13000, "grpc")]
+        # CALIBO_URL names the API's Service and port
+        url = urlsplit(env_value(c, "CALIBO_URL") or "")
+        api = find(docs, "Service", url.hostname or "")
+        assert selected({"matchLabels": api["spec"]["selector"]}, docs) == {"Deployment/calibo-api"}
+        assert url.port in {p["port"] for p in api["spec"]["ports"]}
+        # its token from the optional Secret calibo-optuna (no Secret: an API without tokens)
+        token = next(e for e in c["env"] if e["name"] == "CALIBO_TOKEN")["valueFrom"]["secretKeyRef"]
+        assert token == {"name": "calibo-optuna", "key": "CALIBO_TOKEN", "optional": True}
+        # the calls in flight finish after SIGTERM before the kubelet kills it
+        assert spec["terminationGracePeriodSeconds"] > OPTUNA_GRPC_GRACE
+        assert find(docs, "Deployment", "calibo-optuna-grpc")["spec"]["replicas"] == 1
+
+
+def test_the_optuna_grpc_proxy_takes_its_port_only_and_reaches_the_api_and_dns_only(
+        component_renders: dict[tuple[str, str], list[Doc]]) -> None:
+    for which in OVERLAYS:
+        docs = component_renders[(which, "optuna-grpc")]
+        pol = find(docs, "NetworkPolicy", "calibo-optuna-grpc")["spec"]
+        assert selected(pol["podSelector"], docs) == {"Deployment/calibo-optuna-grpc"}
+        assert pol["policyTypes"] == ["Ingress", "Egress"]
+        (rule,) = pol["ingress"]
+        assert rule["ports"] == [{"protocol": "TCP", "port": 13000}]
+        assert rule["from"] == [{"namespaceSelector": {}}]  # pods of the cluster, not the world
+        api, dns = pol["egress"]
+        assert [set(peer) for peer in api["to"]] == [{"podSelector"}]
+        assert selected(api["to"][0]["podSelector"], docs) == {"Deployment/calibo-api"}
+        assert api["ports"] == [{"protocol": "TCP", "port": 8000}]
+        assert {p["port"] for p in dns["ports"]} == {53}
+        assert dns["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+
+
+def test_a_client_command_with_a_server_setting_is_caught(
+        component_renders: dict[tuple[str, str], list[Doc]]) -> None:
+    docs = copy.deepcopy(component_renders[("standalone", "optuna-grpc")])
+    _, c = _optuna_grpc(docs)
+    c["env"].append({"name": "CALIBO_WORKERS", "value": "2"})
+    assert settings_problems(docs) == [
+        "Deployment/calibo-optuna-grpc optuna-grpc: calibo optuna-grpc does not read CALIBO_WORKERS"]

@@ -3,7 +3,9 @@
 # offline against the schemas of one Kubernetes version (kubernetes-validate --strict: unknown or
 # misspelt fields fail too), then runs tests/test_kubernetes.py on the same renders: selectors,
 # Service ports, Secret / ConfigMap names and keys, non-root read-only containers with resource
-# requests and limits, the GPU overlay's GPUs. No cluster and no network needed. .ci/run runs it.
+# requests and limits, the GPU overlay's GPUs. Each optional component under deploy/kubernetes/components/
+# is rendered and validated with every overlay too, as an overlay that lists it under `components:`
+# renders it. No cluster and no network needed. .ci/run runs it.
 #
 #   bash deploy/kubernetes/check.sh            # from the repository root, after `make venv`
 #   KUBE_VERSION=1.34.0 bash deploy/kubernetes/check.sh
@@ -35,6 +37,30 @@ for dir in "${overlays[@]}"; do
   "$VALIDATE" --strict --quiet -k "$KUBE_VERSION" "$out/$name.yaml"
   echo "deploy/kubernetes: overlays/$name renders and validates against Kubernetes $KUBE_VERSION" \
        "($(grep -c '^kind:' "$out/$name.yaml") objects)"
+done
+
+# every optional component with every overlay: a kustomization that takes the overlay and lists the
+# component, in the overlay's namespace (kustomize takes relative paths only)
+for comp in deploy/kubernetes/components/*/; do
+  [ -f "$comp/kustomization.yaml" ] || continue
+  cname="$(basename "$comp")"
+  for dir in "${overlays[@]}"; do
+    name="$(basename "$dir")"
+    wrap="$out/$name+$cname"
+    mkdir -p "$wrap"
+    "$PYTHON" - "$wrap" "$dir" "$comp" <<'PY'
+import os, sys
+wrap, overlay, comp = sys.argv[1:]
+rel = lambda p: os.path.relpath(os.path.abspath(p), wrap)
+with open(os.path.join(wrap, "kustomization.yaml"), "w") as f:
+    f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: calibo\n"
+            f"resources:\n  - {rel(overlay)}\ncomponents:\n  - {rel(comp)}\n")
+PY
+    kubectl kustomize "$wrap" > "$wrap.yaml"
+    "$VALIDATE" --strict --quiet -k "$KUBE_VERSION" "$wrap.yaml"
+    echo "deploy/kubernetes: overlays/$name with components/$cname renders and validates against" \
+         "Kubernetes $KUBE_VERSION ($(grep -c '^kind:' "$wrap.yaml") objects)"
+  done
 done
 
 # cross-references and security settings (the test must not skip here: kubectl is present)
