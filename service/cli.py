@@ -223,9 +223,6 @@ def optuna_grpc(args: argparse.Namespace) -> int:
     finally:
         log.info("stopping: calls in flight get %.0f s", OPTUNA_GRPC_GRACE)
         server.stop(OPTUNA_GRPC_GRACE).wait()
-        close = getattr(storage, "close", None)
-        if callable(close):
-            close()
     return 0
 
 
