@@ -152,8 +152,8 @@ class AsyncClient:
             ),
         ))
 
-    async def get_study(self, study_id: StudyRef) -> dict[str, Any]:
-        return await self._run(api.get_study(study_id))
+    async def get_study(self, study_id: StudyRef, *, system_attrs: bool = False) -> dict[str, Any]:
+        return await self._run(api.get_study(study_id, system_attrs))
 
     async def load_study(self, study: int | str, *, by: str | None = None) -> AsyncStudy:
         """A handle on an existing study: by id (an int, or a string of digits) or by name (any
@@ -163,16 +163,22 @@ class AsyncClient:
         ref = api.ByName(study) if by == "name" else study
         return AsyncStudy(self, await self.get_study(ref))
 
+    async def trial_by_id(self, trial_id: TrialRef, *, curves: bool = False) -> dict[str, Any]:
+        """One trial's view by its id alone (``study_id`` in it names its study); ``curves``: with its
+        learning-curve points (``intermediate_values``, step as a string key)."""
+        return await self._run(api.trial_by_id(trial_id, curves))
+
     async def get_trial(self, study_id: StudyRef, trial_id: TrialRef) -> dict[str, Any]:
         """One trial's view."""
         return await self._run(api.get_trial(study_id, trial_id))
 
-    async def list_studies(self, name: str | None = None) -> list[dict[str, Any]]:
-        """Every study's summary, all pages (or only the study named ``name``)."""
+    async def list_studies(self, name: str | None = None, *, system_attrs: bool = False) -> list[dict[str, Any]]:
+        """Every study's summary, all pages (or only the study named ``name``; ``system_attrs``: with
+        each one's system attributes)."""
         out: list[dict[str, Any]] = []
         offset: int | None = 0
         while offset is not None:
-            page = await self._run(api.list_studies(offset, name))
+            page = await self._run(api.list_studies(offset, name, system_attrs))
             out += page["studies"]
             offset = api.next_offset(page, offset, "studies")
         return out
@@ -216,11 +222,12 @@ class AsyncClient:
 
     async def trials(
         self, study_id: StudyRef, state: str | None = None, limit: int = 100, offset: int = 0, *,
-        origin: str | None = None, user_attrs: dict[str, str] | None = None,
+        origin: str | None = None, user_attrs: dict[str, str] | None = None, curves: bool = False,
     ) -> dict[str, Any]:
         """One page: ``{"trials": [...], "total", "limit", "offset"}`` (only trials of ``origin``,
-        and whose string user attributes match ``user_attrs``, when given)."""
-        return await self._run(api.trials(study_id, state, limit, offset, origin, user_attrs))
+        and whose string user attributes match ``user_attrs``, when given; ``curves``: with each one's
+        learning-curve points)."""
+        return await self._run(api.trials(study_id, state, limit, offset, origin, user_attrs, curves))
 
     async def iter_trials(
         self, study_id: StudyRef, state: str | None = None, page_size: int = 100, *,
@@ -282,6 +289,18 @@ class AsyncClient:
     async def set_study_user_attr(self, study_id: StudyRef, key: str, value: Any) -> dict[str, Any]:
         """Set the study's user attribute ``key`` to ``value``; answers its user attributes after."""
         return await self._run(api.change_study_attrs(study_id, {key: value}))
+
+    async def set_study_system_attr(self, study_id: StudyRef, key: str, value: Any) -> dict[str, Any]:
+        """Set the study's system attribute ``key``; answers ``{key: value}``."""
+        return await self._run(api.change_study_attrs(study_id, {key: value}, kind="system_attrs"))
+
+    async def start_trial(self, study_id: StudyRef, trial: dict[str, Any]) -> dict[str, Any]:
+        """Add a trial its caller runs itself (see :meth:`calibo.Client.start_trial`); answers its view."""
+        return await self._run(api.start_trial(study_id, trial))
+
+    async def change_trial(self, study_id: StudyRef, trial_id: TrialRef, **change: Any) -> dict[str, Any]:
+        """Change a waiting or running trial (see :meth:`calibo.Client.change_trial`); answers its view."""
+        return await self._run(api.change_trial(study_id, trial_id, change))
 
     async def delete_study_user_attr(self, study_id: StudyRef, key: str) -> dict[str, Any]:
         """Remove the study's user attribute ``key``; answers its user attributes after."""

@@ -163,20 +163,28 @@ def _study_page(response: httpx.Response) -> dict[str, Any]:
     return body
 
 
-def list_studies(offset: int = 0, name: str | None = None) -> Call[dict[str, Any]]:
+def list_studies(offset: int = 0, name: str | None = None, system_attrs: bool = False) -> Call[dict[str, Any]]:
     """One page of study summaries (``{"studies", "total", ...}``); see ``next_offset``."""
     params: dict[str, Any] = {"limit": STUDY_PAGE, "offset": offset}
+    if system_attrs:
+        params["system_attrs"] = "true"
     if name is not None:
         params["name"] = name
     return Call("GET", "/v1/studies", _study_page, params=params)
 
 
-def get_study(study_id: StudyRef) -> Call[dict[str, Any]]:
-    return Call("GET", _study(study_id), json_object, params=_study_query(study_id))
+def get_study(study_id: StudyRef, system_attrs: bool = False) -> Call[dict[str, Any]]:
+    return Call("GET", _study(study_id), json_object,
+                params=_study_query(study_id, {"system_attrs": "true"} if system_attrs else None))
 
 
 def get_trial(study_id: StudyRef, trial_id: TrialRef) -> Call[dict[str, Any]]:
     return Call("GET", _trial(study_id, trial_id), json_object, params=_study_query(study_id))
+
+
+def trial_by_id(trial_id: TrialRef, curves: bool = False) -> Call[dict[str, Any]]:
+    return Call("GET", f"/v1/trials/{trial_id_of(trial_id)}", json_object,
+                params={"curves": "true"} if curves else None)
 
 
 def delete_study(study_id: StudyRef) -> Call[None]:
@@ -337,26 +345,50 @@ def copy_study(study_id: StudyRef, name: str, user_attrs: dict[str, Any] | None 
                 safety=Safety.UNSENT_ONLY)
 
 
-def _user_attrs(response: httpx.Response) -> dict[str, Any]:
-    attrs = json_object(response).get("user_attrs")
-    if not isinstance(attrs, dict):
-        raise invalid_response(response, "an object under 'user_attrs'")
-    return attrs
+def _attrs(kind: str) -> Callable[[httpx.Response], dict[str, Any]]:
+    def parse(response: httpx.Response) -> dict[str, Any]:
+        attrs = json_object(response).get(kind)
+        if not isinstance(attrs, dict):
+            raise invalid_response(response, f"an object under {kind!r}")
+        return attrs
+    return parse
 
 
 def change_study_attrs(study_id: StudyRef, put: dict[str, Any] | None = None,
-                       drop: Sequence[str] | None = None) -> Call[dict[str, Any]]:
-    """Set ``put`` and delete ``drop`` in a study's user attributes; answers them all after."""
+                       drop: Sequence[str] | None = None, kind: str = "user_attrs") -> Call[dict[str, Any]]:
+    """Set ``put`` and delete ``drop`` in a study's user attributes (``kind="system_attrs"``: its
+    system attributes); answers them all after."""
     body: dict[str, Any] = {}
     for key in [*(put or {}), *(drop or ())]:
         if not isinstance(key, str):
-            raise TypeError(f"a user attribute's key must be a str, got {key!r}")
+            raise TypeError(f"an attribute's key must be a str, got {key!r}")
     if put:
         body["set"] = dict(put)
     if drop:
         body["delete"] = list(drop)
     # the same change again changes nothing: safe to retry
-    return Call("PATCH", f"{_study(study_id)}/user_attrs", _user_attrs, json=body, params=_study_query(study_id))
+    return Call("PATCH", f"{_study(study_id)}/{kind}", _attrs(kind), json=body, params=_study_query(study_id))
+
+
+
+def start_trial(study_id: StudyRef, trial: dict[str, Any]) -> Call[dict[str, Any]]:
+    """Add one trial its caller runs itself (``trial``: an added trial's body with ``state`` running or
+    waiting, or an imported finished one); answers its view."""
+    def parse(response: httpx.Response) -> dict[str, Any]:
+        (view,) = _list_of("trials")(response)
+        return view
+    # not idempotent (each try would add a trial): retried only when surely unsent
+    return Call("POST", f"{_study(study_id)}/trials", parse, json=trial, params=_study_query(study_id),
+                safety=Safety.UNSENT_ONLY)
+
+
+def change_trial(study_id: StudyRef, trial_id: TrialRef, change: dict[str, Any]) -> Call[dict[str, Any]]:
+    """Change a waiting or running trial (PATCH): parameters, distributions, attributes, learning-curve
+    points, ``state: running``; answers its view. The same change again sets the same values (safe to
+    retry), but for ``state: running``, whose repeat is a 409 ``trial_running``."""
+    safety = Safety.UNSENT_ONLY if change.get("state") else Safety.IDEMPOTENT
+    return Call("PATCH", _trial(study_id, trial_id), json_object, json=change, params=_study_query(study_id),
+                safety=safety)
 
 
 def grow_space(study_id: StudyRef, space: dict[str, Any]) -> Call[dict[str, Any]]:
@@ -412,8 +444,11 @@ def trials(
     offset: int,
     origin: str | None = None,
     user_attrs: dict[str, str] | None = None,
+    curves: bool = False,
 ) -> Call[dict[str, Any]]:
     params: dict[str, Any] = {"limit": limit, "offset": offset}
+    if curves:
+        params["curves"] = "true"
     if state is not None:
         params["state"] = state
     if origin is not None:

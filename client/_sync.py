@@ -160,9 +160,10 @@ class Client:
             ),
         ))
 
-    def get_study(self, study_id: StudyRef) -> dict[str, Any]:
-        """The study's view: definition, trial counts, best trial, surrogate and adaptive state."""
-        return self._run(api.get_study(study_id))
+    def get_study(self, study_id: StudyRef, *, system_attrs: bool = False) -> dict[str, Any]:
+        """The study's view: definition, trial counts, best trial, surrogate and adaptive state
+        (``system_attrs``: with its system attributes)."""
+        return self._run(api.get_study(study_id, system_attrs))
 
     def load_study(self, study: int | str, *, by: str | None = None) -> Study:
         """A handle on an existing study: by id (an int, or a string of digits) or by name (any
@@ -172,16 +173,22 @@ class Client:
         ref = api.ByName(study) if by == "name" else study
         return Study(self, self.get_study(ref))
 
+    def trial_by_id(self, trial_id: TrialRef, *, curves: bool = False) -> dict[str, Any]:
+        """One trial's view by its id alone (``study_id`` in it names its study); ``curves``: with its
+        learning-curve points (``intermediate_values``, step as a string key)."""
+        return self._run(api.trial_by_id(trial_id, curves))
+
     def get_trial(self, study_id: StudyRef, trial_id: TrialRef) -> dict[str, Any]:
         """One trial's view."""
         return self._run(api.get_trial(study_id, trial_id))
 
-    def list_studies(self, name: str | None = None) -> list[dict[str, Any]]:
-        """Every study's summary, all pages (or only the study named ``name``)."""
+    def list_studies(self, name: str | None = None, *, system_attrs: bool = False) -> list[dict[str, Any]]:
+        """Every study's summary, all pages (or only the study named ``name``; ``system_attrs``: with
+        each one's system attributes)."""
         out: list[dict[str, Any]] = []
         offset: int | None = 0
         while offset is not None:
-            page = self._run(api.list_studies(offset, name))
+            page = self._run(api.list_studies(offset, name, system_attrs))
             out += page["studies"]
             offset = api.next_offset(page, offset, "studies")
         return out
@@ -248,21 +255,22 @@ class Client:
 
     def trials(
         self, study_id: StudyRef, state: str | None = None, limit: int = 100, offset: int = 0, *,
-        origin: str | None = None, user_attrs: dict[str, str] | None = None,
+        origin: str | None = None, user_attrs: dict[str, str] | None = None, curves: bool = False,
     ) -> dict[str, Any]:
         """One page: ``{"trials": [...], "total", "limit", "offset"}`` (only trials of ``origin``,
-        and whose string user attributes match ``user_attrs``, when given)."""
-        return self._run(api.trials(study_id, state, limit, offset, origin, user_attrs))
+        and whose string user attributes match ``user_attrs``, when given; ``curves``: each with its
+        learning-curve points, ``intermediate_values``)."""
+        return self._run(api.trials(study_id, state, limit, offset, origin, user_attrs, curves))
 
     def iter_trials(
         self, study_id: StudyRef, state: str | None = None, page_size: int = 100, *,
-        origin: str | None = None, user_attrs: dict[str, str] | None = None,
+        origin: str | None = None, user_attrs: dict[str, str] | None = None, curves: bool = False,
     ) -> Iterator[dict[str, Any]]:
         """Every trial view of the study (optionally filtered as :meth:`trials`), page by page."""
         offset: int | None = 0
         while offset is not None:
             page = self.trials(study_id, state=state, limit=page_size, offset=offset, origin=origin,
-                               user_attrs=user_attrs)
+                               user_attrs=user_attrs, curves=curves)
             yield from page.get("trials") or []
             offset = api.next_offset(page, offset)
 
@@ -323,6 +331,23 @@ class Client:
         """Remove the study's user attribute ``key`` (nothing happens if it has none); answers the
         study's user attributes after."""
         return self._run(api.change_study_attrs(study_id, drop=[key]))
+
+    def set_study_system_attr(self, study_id: StudyRef, key: str, value: Any) -> dict[str, Any]:
+        """Set the study's system attribute ``key`` (attributes kept apart from the user's: an Optuna
+        storage's); answers ``{key: value}``."""
+        return self._run(api.change_study_attrs(study_id, {key: value}, kind="system_attrs"))
+
+    def start_trial(self, study_id: StudyRef, trial: dict[str, Any]) -> dict[str, Any]:
+        """Add a trial its caller runs itself: ``trial`` is a body of ``POST .../trials`` with ``state``
+        ``running`` (or ``waiting``) and the parameters set so far (``{}``: none yet), or an imported
+        finished trial; answers its view. :meth:`change_trial` sets its parameters, :meth:`tell` ends it."""
+        return self._run(api.start_trial(study_id, trial))
+
+    def change_trial(self, study_id: StudyRef, trial_id: TrialRef, **change: Any) -> dict[str, Any]:
+        """Change a waiting or running trial: ``params`` (one it runs itself: set or replace),
+        ``distributions``, ``user_attrs``, ``system_attrs``, ``intermediate_values`` (``{step: value}``),
+        ``state="running"`` (start a waiting one); answers its view."""
+        return self._run(api.change_trial(study_id, trial_id, change))
 
     def pareto(self, study_id: StudyRef) -> dict[str, Any]:
         """A multi-objective study's front: ``{"trials", "hypervolume", "reference_point", "history"}``."""

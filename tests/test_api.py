@@ -138,7 +138,7 @@ def test_list_get_delete(http: httpx.Client) -> None:
     ({"space": BRANIN}, "name"),
     ({"name": "", "space": BRANIN}, "name"),
     ({"name": "x"}, "space"),
-    ({"name": "x", "space": {}}, "space"),
+    ({"name": "x", "space": []}, "space"),
     ({"name": "x", "space": {"a": {"type": "float", "low": 2, "high": 1}}}, "space.a.low"),
     ({"name": "x", "space": {"a": {"type": "float", "low": 0, "high": 1, "log": True}}}, "space.a.low"),
     ({"name": "x", "space": {"a": {"type": "categorical", "choices": []}}}, "space.a.choices"),

@@ -85,6 +85,10 @@ router = APIRouter(prefix="/v1", responses=ERRORS)
 AUTH_DOC = Security(bearer)
 
 
+SystemAttrs = Annotated[bool, Query(description="with each study's `system_attrs` (an Optuna storage's: they may "
+                                               "be many)")]
+
+
 @router.post("/studies", status_code=201, response_model=S.StudyView, tags=["studies"],
              summary="Create a study (idempotent: an identical definition answers 200)",
              responses={200: {"model": S.StudyView, "description": "the identical study already exists"}})
@@ -104,15 +108,24 @@ def list_studies(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
     name: Annotated[S.Name | None, Query(description="only the study of this name")] = None,
+    system_attrs: SystemAttrs = False,
 ) -> dict[str, Any]:
     infos, total = svc.storage.list_studies(limit, offset, name)
-    return {"studies": [svc.summary(i) for i in infos], "total": total, "limit": limit, "offset": offset}
+    summaries = [svc.summary(i) for i in infos]
+    if system_attrs:
+        for out, info in zip(summaries, infos, strict=True):
+            out["system_attrs"] = info.system_attrs or {}
+    return {"studies": summaries, "total": total, "limit": limit, "offset": offset}
 
 
 @router.get("/studies/{study}", response_model=S.StudyView, tags=["studies"],
             summary="A study: definition, trial counts, best trial, surrogate and adaptive state")
-def get_study(study: StudyRef, svc: Svc, by: By = None) -> V.StudyView:
-    return svc.view(svc.storage.get_study(_resolve(svc, study, by)))
+def get_study(study: StudyRef, svc: Svc, by: By = None, system_attrs: SystemAttrs = False) -> V.StudyView:
+    info = svc.storage.get_study(_resolve(svc, study, by))
+    view = svc.view(info)
+    if system_attrs:
+        view["system_attrs"] = info.system_attrs or {}
+    return view
 
 
 @router.delete("/studies/{study}", status_code=204, tags=["studies"], summary="Delete a study and its trials")
@@ -140,6 +153,18 @@ def copy_study(study: StudyRef, body: S.CopyRequest, svc: Svc, by: By = None) ->
 def change_study_attrs(study: StudyRef, body: S.StudyAttrsChange, svc: Svc, by: By = None) -> dict[str, Any]:
     return {"user_attrs": study_attrs.change_study_attrs(svc.storage, _resolve(svc, study, by), body.set,
                                                          body.delete)}
+
+
+@router.patch("/studies/{study}/system_attrs", response_model=S.StudySystemAttrs, tags=["studies"],
+              summary="Set and delete a study's system attributes",
+              description="As PATCH .../user_attrs, on the attributes kept apart from the user's (an Optuna "
+              "storage's system attributes: a sampler's or Optuna's own bookkeeping; at most 100000 keys and 64 "
+              "MiB as JSON). Answers the keys set, with their values.")
+def change_study_system_attrs(study: StudyRef, body: S.StudyAttrsChange, svc: Svc, by: By = None
+                              ) -> dict[str, Any]:
+    after = study_attrs.change_study_attrs(svc.storage, _resolve(svc, study, by), body.set, body.delete,
+                                           "system_attrs")
+    return {"system_attrs": {k: after[k] for k in body.set or {}}}
 
 
 @router.patch("/studies/{study}/space", response_model=S.StudyView, tags=["studies"],
@@ -197,11 +222,31 @@ def dequeue(study: StudyRef, trial_id: TrialId, svc: Svc, by: By = None) -> Resp
              "(exactly the active ones) and `value`, or `state: failed` (or `pruned`, with or without a value); a "
              "constrained study's `constraints`; "
              "`user_attrs`. They count in the next fit and in the best trial; they have no prediction, so "
-             "they never move the calibration state (origin `added`).")
+             "they never move the calibration state (origin `added`). `state: running` (or `waiting`) adds a "
+             "trial its caller runs itself, with the parameters it has so far: PATCH .../trials/{tid} sets the "
+             "others as they are drawn, tell ends it (define-by-run, as Optuna's storage API does it). An "
+             "imported trial may carry its `system_attrs`, `distributions`, `intermediate_values`, "
+             "`started_at` and `finished_at`.")
 def add_trials(study: StudyRef, body: Annotated[S.AddBody, Body()], svc: Svc,
                by: By = None) -> dict[str, Any]:
     rows = body.trials if isinstance(body, S.AddTrialsRequest) else [body]
     return {"trials": svc.add(_resolve(svc, study, by), [r.model_dump(exclude_none=True) for r in rows])}
+
+
+@router.patch("/studies/{study}/trials/{trial_id}", response_model=S.TrialView, tags=["trials"],
+              summary="Change a waiting or running trial: parameters, attributes, learning-curve points, start",
+              description="A trial its caller runs itself (added with `state: running` or `waiting`) takes its "
+              "parameters one change at a time, as define-by-run code draws them (Optuna's storage API): each "
+              "known to the space (grow the space first for a new one) and valid there as the trial's parameters "
+              "then stand, with the distribution it was drawn from if the caller keeps one. Any trial still "
+              "running or waiting takes `user_attrs`, `system_attrs` and `intermediate_values` (set or replaced; "
+              "no pruning decision: POST .../report asks the pruner), and `state: running` starts a waiting trial "
+              "(409 `trial_running` if it has started). A finished trial answers 409 `trial_finished`; an asked "
+              "trial's parameters are the ask's (409 `trial_asked`). A change of a running trial is a heartbeat. "
+              "Its tell needs a configuration of the space (422 `incomplete_params` otherwise); told failed "
+              "without one, it is failed as interrupted (no fit learns from it).")
+def change_trial(study: StudyRef, trial_id: TrialId, body: S.TrialChange, svc: Svc, by: By = None) -> V.TrialView:
+    return svc.update_trial(_resolve(svc, study, by), trial_id, body.model_dump(exclude_none=True))
 
 
 @router.post("/studies/{study}/ask", response_model=S.AskResponse, tags=["trials"],
@@ -267,17 +312,37 @@ def list_trials(
     user_attr: Annotated[list[Annotated[str, Query(pattern=r"^[^:\x00]{1,128}:[^\x00]*$")]] | None, Query(
         max_length=16, description="`key:value`, repeatable: only trials whose string user attribute `key` "
         "is `value`")] = None,
+    curves: Annotated[bool, Query(description="with each trial's learning-curve points "
+                                  "(`intermediate_values`)")] = False,
     by: By = None,
 ) -> dict[str, Any]:
     attrs = dict(a.split(":", 1) for a in user_attr or ())  # the pattern refused NUL: PostgreSQL cannot compare it
     rows, total = svc.storage.list_trials(_resolve(svc, study, by), state, limit, offset, attrs, origin)
-    return {"trials": [trial_view(t) for t in rows], "total": total, "limit": limit, "offset": offset}
+    return {"trials": _views(svc, rows, curves), "total": total, "limit": limit, "offset": offset}
+
+
+Curves = Annotated[bool, Query(description="with each trial's learning-curve points (`intermediate_values`)")]
+
+
+def _views(svc: StudyService, rows: list[Any], curves: bool) -> list[V.TrialView]:
+    views = [trial_view(t) for t in rows]
+    if curves:
+        points = svc.storage.intermediate_of([t.id for t in rows])
+        for v in views:
+            v["intermediate_values"] = {str(k): x for k, x in points.get(v["id"], {}).items()}
+    return views
 
 
 @router.get("/studies/{study}/trials/{trial_id}", response_model=S.TrialView, tags=["trials"],
             summary="One trial")
-def get_trial(study: StudyRef, trial_id: TrialId, svc: Svc, by: By = None) -> V.TrialView:
-    return trial_view(svc.storage.get_trial(_resolve(svc, study, by), trial_id))
+def get_trial(study: StudyRef, trial_id: TrialId, svc: Svc, by: By = None, curves: Curves = False) -> V.TrialView:
+    return _views(svc, [svc.storage.get_trial(_resolve(svc, study, by), trial_id)], curves)[0]
+
+
+@router.get("/trials/{trial_id}", response_model=S.TrialView, tags=["trials"],
+            summary="One trial, by its id alone (ids are unique across studies: `study_id` names its study)")
+def get_trial_by_id(trial_id: TrialId, svc: Svc, curves: Curves = False) -> V.TrialView:
+    return _views(svc, [svc.storage.trial_by_id(trial_id)], curves)[0]
 
 
 @router.get("/studies/{study}/curves", response_model=S.CurvePage, tags=["trials"],

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import multi, reprs
 from .config import EngineConfig
-from .errors import ConfigError
+from .errors import ConfigError, SpaceError
 from .fit import FitCache
 from .outcomes import check_constraint_names, check_constraint_values, check_directions, check_outcome, sign_of
 from .prediction import Prediction
@@ -75,8 +75,11 @@ class Optimizer:
                                                   ("n_warmup", n_warmup)) if v is not None}
         if not isinstance(learn_failures, bool):
             raise ConfigError("learn_failures", "must be true or false")
+        space = SearchSpace.from_dict(space)
+        if not space.params:  # the service's studies may start empty and grow; an Optimizer cannot
+            raise SpaceError("space", "must have at least one parameter")
         # the study as the service's definition holds it (engine.study): one home for what a study is
-        self.spec = StudySpec(SearchSpace.from_dict(space), replace(cfg, **over, **settings).for_objectives(
+        self.spec = StudySpec(space, replace(cfg, **over, **settings).for_objectives(
             len(directions)), directions, int(seed), check_constraint_names(constraints), {}, learn_failures)
         if self.multi:
             try:

@@ -87,6 +87,7 @@ class StudyInfo:
     fit_device: str | None = None
     fit_kind: str | None = None  # full, update (engine.retune) or extend (engine.extend)
     user_attrs: dict[str, Any] | None = None
+    system_attrs: dict[str, Any] | None = None  # an Optuna storage's (CaliboStorage)
     revision: int = 0  # changes of the definition (its space grew)
     n_failed: int = 0  # failed trials a fit learns from (not those failed for a silent worker)
     snapshot_n_failed: int = 0  # how many of them the newest snapshot learned
@@ -137,3 +138,4 @@ class RunningTrial:
     params: dict[str, Any]
     asked_at: datetime
     heartbeat_at: datetime | None
+    origin: str | None = None  # added: its caller runs it and sets its parameters (they may be some only)

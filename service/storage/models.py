@@ -90,6 +90,7 @@ class StudyRow(Base):
     fitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     fit_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     user_attrs: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    system_attrs: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # an Optuna storage's
     # changes of the definition (its space grew): a process's cached definition, or a fit's, is stale
     # when it was read at another revision
     revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
@@ -127,6 +128,12 @@ class TrialRow(Base):
     constraints: Mapped[list[float] | None] = mapped_column(Json, nullable=True)  # told constraint values
     values: Mapped[list[float] | None] = mapped_column(Json, nullable=True)  # a multi-objective study's
     user_attrs: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    system_attrs: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # an Optuna storage's
+    # the distribution each parameter was drawn from where the caller gave one (Optuna's JSON form); null:
+    # the study's space
+    distributions: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    # when it started running, where that is not its ask (null: asked_at; a waiting trial has not started)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class SnapshotRow(Base):

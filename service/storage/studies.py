@@ -25,7 +25,8 @@ def _info(row: StudyRow, counts: dict[str, int]) -> StudyInfo:
         best_trial_id=row.best_trial_id, best_value=row.best_value,
         snapshot_version=row.snapshot_version, snapshot_n_obs=row.snapshot_n_obs,
         fitted_at=as_utc(row.fitted_at), fit_error=row.fit_error, counts=full,
-        user_attrs=row.user_attrs, revision=row.revision or 0, n_failed=row.n_failed or 0,
+        user_attrs=row.user_attrs, system_attrs=row.system_attrs, revision=row.revision or 0,
+        n_failed=row.n_failed or 0,
         snapshot_n_failed=row.snapshot_n_failed or 0,
     )
 
@@ -121,14 +122,16 @@ class StudyQueries(Sessions):
         with self.locked(study_id) as tx:
             tx.study.user_attrs = {**(tx.study.user_attrs or {}), **attrs}
 
-    def change_study_attrs(self, study_id: int, change: Callable[[dict[str, Any]], dict[str, Any]]
-                           ) -> dict[str, Any]:
-        """The study's user attributes replaced by ``change(current)`` under the study's lock (so
-        concurrent changes of different keys all land); the new attributes. An exception from
-        ``change`` stores nothing."""
+    def change_study_attrs(self, study_id: int, change: Callable[[dict[str, Any]], dict[str, Any]],
+                           kind: str = "user_attrs") -> dict[str, Any]:
+        """The study's user attributes (``kind="system_attrs"``: its system attributes) replaced by
+        ``change(current)`` under the study's lock (so concurrent changes of different keys all land);
+        the new attributes. An exception from ``change`` stores nothing."""
+        if kind not in ("user_attrs", "system_attrs"):
+            raise ValueError(kind)
         with self.locked(study_id) as tx:
-            attrs = change(dict(tx.study.user_attrs or {}))
-            tx.study.user_attrs = attrs or None
+            attrs = change(dict(getattr(tx.study, kind) or {}))
+            setattr(tx.study, kind, attrs or None)
             return attrs
 
     def _counts(self, s: Session, study_ids: Sequence[int] | None = None) -> dict[int, dict[str, int]]:

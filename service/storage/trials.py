@@ -86,6 +86,27 @@ class TrialQueries(Sessions):
                 raise NotFound(f"trial {trial_id} not found in study {study_id}", field="trial_id")
             return t
 
+    def trial_by_id(self, trial_id: int) -> TrialRow:
+        """A trial of any study, by its id (ids are unique across studies); NotFound naming it."""
+        with self._read() as s:
+            t = s.get(TrialRow, trial_id)
+            if t is None:
+                raise NotFound(f"trial {trial_id} not found", field="trial_id")
+            return t
+
+    def intermediate_of(self, trial_ids: Sequence[int]) -> dict[int, dict[int, float]]:
+        """The learning-curve points of these trials: ``{trial id: {step: value}}`` (trials without
+        points are missing)."""
+        out: dict[int, dict[int, float]] = {}
+        if not trial_ids:
+            return out
+        with self._read() as s:
+            q = (select(IntermediateRow.trial_id, IntermediateRow.step, IntermediateRow.value)
+                 .where(IntermediateRow.trial_id.in_(list(trial_ids))).order_by(IntermediateRow.step))
+            for tid, step, value in s.execute(q):
+                out.setdefault(tid, {})[step] = value
+        return out
+
     def heartbeat(self, study_id: int, trial_id: int, timeout: float) -> None:
         """Mark a running trial alive, unless it was silent for longer than ``timeout`` seconds.
 

@@ -16,6 +16,9 @@ from .models import IntermediateRow, SnapshotRow, StudyRow, TrialRow
 
 log = logging.getLogger("calibo.storage")
 
+# what a trial its caller runs itself may carry beyond an asked one's (``add_trials``)
+_CALLER_RUN = ("system_attrs", "distributions", "started_at")
+
 
 class StudyTx:
     """One locked transaction on one study (see :meth:`Storage.locked`)."""
@@ -28,7 +31,8 @@ class StudyTx:
     def running_trials(self) -> list[RunningTrial]:
         # sorted here, not by ORDER BY: that made SQLite walk the (study_id, number) index over every
         # trial of the study (1.7 ms at 5000 trials) instead of the (study_id, state) one (0.3 ms)
-        q = (select(TrialRow.id, TrialRow.number, TrialRow.params, TrialRow.asked_at, TrialRow.heartbeat_at)
+        q = (select(TrialRow.id, TrialRow.number, TrialRow.params, TrialRow.asked_at, TrialRow.heartbeat_at,
+                    TrialRow.origin)
              .where(TrialRow.study_id == self.study.id, TrialRow.state == "running"))
         return sorted((RunningTrial(*r) for r in self.session.execute(q)), key=lambda t: t.number)
 
@@ -109,7 +113,9 @@ class StudyTx:
         their ids and numbers.
 
         Each spec has ``params``, ``ukey`` and optionally ``prediction``, ``points``,
-        ``snapshot_version``, ``worker_id``, ``ask_key``, ``origin`` and ``user_attrs``.
+        ``snapshot_version``, ``worker_id``, ``ask_key``, ``origin`` and ``user_attrs``; a trial its
+        caller runs itself (origin ``added``) also ``system_attrs``, ``distributions``, ``started_at`` and
+        ``intermediate_values``.
         """
         if not trials:
             return []
@@ -121,12 +127,49 @@ class StudyTx:
             "ukey": spec["ukey"], "prediction": spec.get("prediction"), "points": spec.get("points"),
             "snapshot_version": spec.get("snapshot_version"), "worker_id": spec.get("worker_id"), "asked_at": t0,
             "heartbeat_at": t0 if running else None, "ask_key": spec.get("ask_key"), "origin": spec.get("origin"),
-            "user_attrs": spec.get("user_attrs"),
+            "user_attrs": spec.get("user_attrs"), **{k: spec[k] for k in _CALLER_RUN if spec.get(k) is not None},
         } for i, spec in enumerate(trials)]
         self.study.next_number = first + len(rows)
+        # one column set for the whole insert (executemany): a key one row lacks is null in it
+        keys = {k for r in rows for k in r}
+        rows = [{k: r.get(k) for k in keys} for r in rows]
         ids = {n: i for i, n in self.session.execute(
             insert(TrialRow).returning(TrialRow.id, TrialRow.number, sort_by_parameter_order=True), rows)}
+        for spec, r in zip(trials, rows, strict=True):
+            for step, value in (spec.get("intermediate_values") or {}).items():
+                self.session.add(IntermediateRow(study_id=self.study.id, trial_id=ids[r["number"]], step=step,
+                                                 value=value, should_prune=False, reported_at=t0))
         return [{"id": ids[r["number"]], "number": r["number"]} for r in rows]
+
+    def update_trial(self, trial: TrialRow, change: dict[str, Any]) -> None:
+        """A waiting or running trial the caller runs itself, changed (``StudyService.update_trial`` has
+        checked ``change``): ``params`` and ``distributions`` merged into its own, ``user_attrs`` and
+        ``system_attrs`` merged, ``intermediate_values`` (``{step: value}``) stored or replaced, ``state``
+        running starting a waiting trial. Any change is a sign of life of a running trial."""
+        t0 = now()
+        if change.get("params"):
+            trial.params = {**trial.params, **change["params"]}
+            trial.ukey = change["ukey"]
+        for key in ("distributions", "user_attrs", "system_attrs"):
+            if change.get(key):
+                setattr(trial, key, {**(getattr(trial, key) or {}), **change[key]})
+        steps = change.get("intermediate_values") or {}
+        if steps:
+            have = {r.step: r for r in self.session.scalars(
+                select(IntermediateRow).where(IntermediateRow.trial_id == trial.id,
+                                              IntermediateRow.step.in_(list(steps))))}
+            for step, value in steps.items():
+                if step in have:
+                    have[step].value = value
+                    have[step].reported_at = t0
+                else:
+                    self.session.add(IntermediateRow(study_id=self.study.id, trial_id=trial.id, step=step,
+                                                     value=value, should_prune=False, reported_at=t0))
+        if change.get("state") == "running" and trial.state == "waiting":
+            trial.state = "running"
+            trial.started_at = trial.started_at or t0
+        if trial.state == "running":
+            trial.heartbeat_at = t0
 
     def assign(self, trial: TrialRow, spec: dict[str, Any]) -> None:
         """Hand an enqueued (waiting) trial out: it runs with ``spec``'s full parameters and key, and
@@ -176,8 +219,9 @@ class StudyTx:
         the study's counter; ``better(value)`` says whether a feasible completed value beats the best.
 
         Each spec has ``params``, ``ukey``, ``state``, ``value``, and optionally ``constraints``,
-        ``values``, ``user_attrs``, ``origin`` (``added`` by default) and ``record`` (a copied trial's,
-        where it says why the service failed it).
+        ``values``, ``user_attrs``, ``origin`` (``added`` by default), ``record`` (a copied trial's,
+        where it says why the service failed it), and an imported trial's ``system_attrs``,
+        ``distributions``, ``intermediate_values``, ``started_at`` and ``finished_at``.
         """
         t0 = now()
         out = []
@@ -187,12 +231,18 @@ class StudyTx:
                            params=spec["params"], ukey=spec["ukey"], value=spec.get("value"),
                            constraints=spec.get("constraints"), values=spec.get("values"),
                            user_attrs=spec.get("user_attrs"), origin=spec.get("origin", "added"),
-                           record=spec.get("record"),
-                           asked_at=spec.get("asked_at") or t0, finished_at=t0, finish_seq=self.study.finish_seq)
+                           record=spec.get("record"), system_attrs=spec.get("system_attrs"),
+                           distributions=spec.get("distributions"), started_at=spec.get("started_at"),
+                           asked_at=spec.get("asked_at") or t0, finished_at=spec.get("finished_at") or t0,
+                           finish_seq=self.study.finish_seq)
             self.study.next_number += 1
             self.session.add(row)
             out.append(row)
         self.session.flush()
+        for spec, row in zip(specs, out, strict=True):
+            for step, value in (spec.get("intermediate_values") or {}).items():
+                self.session.add(IntermediateRow(study_id=self.study.id, trial_id=row.id, step=step, value=value,
+                                                 should_prune=False, reported_at=t0))
         for row in out:
             if row.state == "failed" and not blameless(row.record):
                 self.study.n_failed = (self.study.n_failed or 0) + 1

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
+from itertools import groupby
 from typing import Any, TypeVar
 
 from calibo.engine.errors import FieldError
@@ -18,6 +20,19 @@ from .views import EnqueuedView, TrialView, trial_view
 
 MAX_ADDED = 1000  # trials one add request may carry
 T = TypeVar("T")
+
+
+def _utc(t: datetime | None) -> datetime | None:
+    """A time given without a zone is UTC, as every time calibo stores."""
+    if t is None or t.tzinfo is not None:
+        return t
+    return t.replace(tzinfo=UTC)
+
+
+def _key(sd: StudyDef, params: dict[str, Any]) -> str:
+    """The configuration key of a trial its caller runs: its configuration's once it holds one, else
+    empty (it matches no other trial's)."""
+    return sd.space.key(params).hex() if sd.space.is_configuration(params) else ""
 
 
 def _enqueued_view(t: TrialRow) -> EnqueuedView:
@@ -77,7 +92,9 @@ class AddedTrials(StudySteps):
     def add(self, study_id: int, trials: list[dict[str, Any]], origin: str = "added") -> list[TrialView]:
         """Record trials evaluated elsewhere (``params`` and ``value``, or ``state: failed``; a
         constrained study's ``constraints``; ``user_attrs``): they count in the next fit and the best
-        trial, and, having no prediction, never move the calibration state. All or none are stored."""
+        trial, and, having no prediction, never move the calibration state. A ``running`` or ``waiting``
+        one is a trial its caller runs itself (define-by-run: ``update_trial`` sets its parameters, a tell
+        ends it). All or none are stored, in the order given."""
         if not 1 <= len(trials) <= MAX_ADDED:
             raise InvalidRequest(f"1 to {MAX_ADDED} trials per request (got {len(trials)})", field="trials")
 
@@ -88,7 +105,15 @@ class AddedTrials(StudySteps):
         with self.storage.locked(study_id) as tx:
             if (cur := self._current(tx, sd)) is not sd:  # the space grew meanwhile: keys of the new one
                 sd, specs = cur, checked(cur)
-            rows = tx.add_finished(specs, lambda v: sd.better(v, tx.study.best_value))
+            rows: list[TrialRow] = []
+            for unfinished, run in groupby(specs, key=lambda sp: sp["state"] in ("running", "waiting")):
+                group = list(run)
+                if not unfinished:
+                    rows += tx.add_finished(group, lambda v: sd.better(v, tx.study.best_value))
+                    continue
+                for spec in group:  # numbered in the order given, between the finished ones
+                    (made,) = tx.add_trials([spec], state=spec["state"])
+                    rows.append(tx.trial(made["id"]))
             views = [trial_view(r) for r in rows]
             n_complete = tx.study.n_complete
         news = ("complete", "failed") if sd.learn_failures else ("complete",)  # what a fit learns from
@@ -99,13 +124,24 @@ class AddedTrials(StudySteps):
 
     def _added_spec(self, sd: StudyDef, trial: dict[str, Any], where: str) -> dict[str, Any]:
         state = trial.get("state") or "complete"
-        if state not in ("complete", "failed", "pruned"):
-            raise InvalidRequest("must be complete, failed or pruned", field=f"{where}.state")
+        if state not in ("complete", "failed", "pruned", "running", "waiting"):
+            raise InvalidRequest("must be complete, failed, pruned, running or waiting", field=f"{where}.state")
+        unfinished = state in ("running", "waiting")
         try:
-            params = sd.space.validate(trial.get("params"))
+            params = (sd.space.validate_partial if unfinished else sd.space.validate)(trial.get("params"))
         except FieldError as e:
             raise InvalidRequest(e.message, field=f"{where}.params.{e.field}" if e.field != "params"
                                  else f"{where}.params") from None
+        extra = {k: trial[k] for k in ("system_attrs", "distributions") if trial.get(k)}
+        extra["intermediate_values"] = {int(k): v for k, v in (trial.get("intermediate_values") or {}).items()}
+        extra["started_at"] = _utc(trial.get("started_at"))
+        if unfinished:
+            for key in ("value", "values", "constraints", "finished_at"):
+                if trial.get(key) is not None:
+                    raise InvalidRequest(f"a {state} trial has no {key} yet: tell it when it ends",
+                                         field=f"{where}.{key}")
+            return {"params": params, "ukey": _key(sd, params), "state": state, "user_attrs": trial.get("user_attrs"),
+                    "origin": "added", **extra}
         try:
             value, values = check_outcome(sd, state, trial.get("value"), trial.get("values"))
             constraints = check_constraints(sd, state, trial.get("constraints"))
@@ -113,7 +149,40 @@ class AddedTrials(StudySteps):
             raise InvalidRequest(e.message, field=f"{where}.{e.field}") from None
         return {"params": params, "ukey": sd.space.key(params).hex(), "state": state, "value": value,
                 "values": values, "constraints": constraints, "user_attrs": trial.get("user_attrs"),
-                "origin": trial.get("origin", "added")}
+                "origin": trial.get("origin", "added"), "finished_at": _utc(trial.get("finished_at")), **extra}
+
+    def update_trial(self, study_id: int, trial_id: int, change: dict[str, Any]) -> TrialView:
+        """Change a trial its caller runs itself (added running or waiting): set or replace parameters
+        (``params``, valid for the space as the trial's parameters then stand; ``distributions``), merge
+        ``user_attrs`` and ``system_attrs``, set or replace learning-curve points
+        (``intermediate_values``), start a waiting trial (``state: running``; Conflict ``trial_running``
+        when it has started). A finished trial is Conflict ``trial_finished`` and nothing changes; an
+        asked trial takes attributes and points only (its parameters are the ask's)."""
+        steps = {int(k): v for k, v in (change.get("intermediate_values") or {}).items()}
+        given = change.get("params") or {}
+        sd = self.study(study_id)
+        with self.storage.locked(study_id) as tx:
+            sd = self._current(tx, sd)  # the space as stored now (it may have grown in another process)
+            trial = tx.trial(trial_id)
+            if trial.state not in ("running", "waiting"):
+                raise Conflict(f"trial {trial.number} is already {trial.state}: a finished trial does not "
+                               "change", field="trial_id", code="trial_finished")
+            if change.get("state") == "running" and trial.state == "running":
+                raise Conflict(f"trial {trial.number} is running already", field="state", code="trial_running")
+            params: dict[str, Any] | None = None
+            if given:
+                if trial.origin != "added":
+                    raise Conflict(f"trial {trial.number} was handed out by an ask: its parameters are the "
+                                   "ask's", field="params", code="trial_asked")
+                try:
+                    params = sd.space.validate_partial({**trial.params, **given})
+                except FieldError as e:
+                    raise InvalidRequest(e.message, field=f"params.{e.field}" if e.field != "params"
+                                         else "params") from None
+            tx.update_trial(trial, {**change, "intermediate_values": steps,
+                                    "params": params and {k: params[k] for k in given},
+                                    "ukey": params and _key(sd, params)})
+            return trial_view(trial)
 
     def _checked(self, study_id: int, check: Callable[[StudyDef], T]) -> tuple[StudyDef, T]:
         """``check(definition)`` on the study's cached definition; when it refuses, and another process

@@ -55,10 +55,14 @@ class AskSteps(StudySteps):
         the select (and, not chosen on a prediction, has none).
         """
         study_id = sd.id
+        if not sd.space.params:
+            return [Conflict("the study has no parameters yet: grow its space (PATCH .../space), or run trials "
+                             "whose parameters grow it (an Optuna storage's)", field="space", code="empty_space")
+                    for _ in items]
         st = tx.study
         total = sum(w.count for w in items)
         waiting = self._queue(tx, total)
-        fixed = [t for t in waiting if sd.space.complete(t.params)]
+        fixed = [t for t in waiting if sd.space.is_configuration(t.params)]
         running = tx.running_trials()
         running = tx.fail_stale(running, now() - timedelta(seconds=self.heartbeat_timeout(sd)))
         suggestions = []
@@ -68,7 +72,9 @@ class AskSteps(StudySteps):
             suggestions = select(
                 snap, state, sd.space, sd.config, count=total - len(fixed),
                 direction=sd.direction, asked=st.next_number,
-                pending=[t.params for t in running] + [t.params for t in fixed],
+                # a trial its caller runs (origin added) may hold some of its parameters only so far
+                pending=[t.params for t in running if t.origin != "added" or sd.space.is_configuration(t.params)]
+                + [t.params for t in fixed],
                 exclude_keys=self._finished_keys(tx),  # warm-up: select reads the snapshot's n_obs
             )
         specs: list[dict[str, Any]] = []  # the storage's new-trial specs (StudyTx.add_trials, assign)

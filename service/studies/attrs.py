@@ -9,7 +9,8 @@ or infinity; -0.0 is kept as 0.0, which SQLite cannot tell apart), nesting at mo
 deep and at most ``MAX_USER_ATTRS_BYTES`` as compact JSON.
 
 ``change_study_attrs`` sets and deletes a study's attributes after creation (PATCH
-``/v1/studies/{study}/user_attrs``): the merge runs under the study's lock and the result is held
+``/v1/studies/{study}/user_attrs``, and ``.../system_attrs`` for the attributes an Optuna storage keeps
+apart from the user's): the merge runs under the study's lock and the result is held
 to the same bounds.
 """
 
@@ -32,6 +33,9 @@ JsonObject: TypeAlias = "dict[str, Json]"
 MAX_USER_ATTRS_BYTES = 16_384  # a study's or trial's user_attrs, as compact JSON
 MAX_USER_ATTRS_KEYS = 64  # keys at the top level
 MAX_DEPTH = 32  # nesting of objects and lists inside an attribute value
+# a study's system attributes (an Optuna storage's: samplers keep per-trial records there, as
+# CaliboSampler does): more keys and bytes than a user's, each change still one request body
+SYSTEM_ATTRS_BOUNDS = (100_000, 64 * 1_048_576)
 
 
 class AttrError(ValueError):
@@ -80,22 +84,23 @@ def _walk(v: Any, path: str, depth: int) -> None:
         raise AttrError(path, f"must be plain JSON, not {type(v).__name__}")
 
 
-def storable_attrs(attrs: Any) -> JsonObject:
+def storable_attrs(attrs: Any, max_keys: int = MAX_USER_ATTRS_KEYS, max_bytes: int = MAX_USER_ATTRS_BYTES
+                   ) -> JsonObject:
     """``attrs`` if it is a JSON object every backend stores and reads back unchanged; AttrError
     (a ValueError, so pydantic reports it as a validation error) naming the part that is not."""
     if not isinstance(attrs, dict):
         raise AttrError("", "must be a JSON object")
-    if len(attrs) > MAX_USER_ATTRS_KEYS:
-        raise AttrError("", f"at most {MAX_USER_ATTRS_KEYS} keys (got {len(attrs)})")
+    if len(attrs) > max_keys:
+        raise AttrError("", f"at most {max_keys} keys (got {len(attrs)})")
     _walk(attrs, "", 0)
     size = len(json.dumps(attrs, separators=(",", ":"), ensure_ascii=False).encode())
-    if size > MAX_USER_ATTRS_BYTES:
-        raise AttrError("", f"at most {MAX_USER_ATTRS_BYTES} bytes as JSON (got {size})")
+    if size > max_bytes:
+        raise AttrError("", f"at most {max_bytes} bytes as JSON (got {size})")
     return cast(JsonObject, finite(attrs))  # -0.0 as 0.0: what every backend reads back
 
 
-def change_study_attrs(storage: Storage, study_id: int, put: dict[str, Any] | None, drop: list[str] | None
-                       ) -> JsonObject:
+def change_study_attrs(storage: Storage, study_id: int, put: dict[str, Any] | None, drop: list[str] | None,
+                       kind: str = "user_attrs") -> JsonObject:
     """Set ``put`` and remove ``drop`` (keys the study lacks are ignored, so a repeated change
     changes nothing) in a study's user attributes, in one locked transaction of ``storage``
     (``Storage.change_study_attrs``: concurrent changes of different keys all land); the attributes
@@ -106,11 +111,13 @@ def change_study_attrs(storage: Storage, study_id: int, put: dict[str, Any] | No
     if both:
         raise InvalidRequest(f"{both[0]!r} is both set and deleted", field="delete")
 
+    bounds = SYSTEM_ATTRS_BOUNDS if kind == "system_attrs" else (MAX_USER_ATTRS_KEYS, MAX_USER_ATTRS_BYTES)
+
     def change(current: dict[str, Any]) -> JsonObject:
         after = {k: v for k, v in current.items() if k not in drop} | put
         try:
-            return storable_attrs(after)
+            return storable_attrs(after, *bounds)
         except AttrError as e:
-            raise InvalidRequest(f"the study's user_attrs after this change: {e}", field="set") from None
+            raise InvalidRequest(f"the study's {kind} after this change: {e}", field="set") from None
 
-    return storage.change_study_attrs(study_id, change)
+    return storage.change_study_attrs(study_id, change, kind)

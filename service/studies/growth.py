@@ -94,4 +94,6 @@ def _key(space: SearchSpace, params: dict[str, Any], state: str, old: str) -> st
     the ask that finds it evaluated still takes it off the queue."""
     if state == "waiting" and not old:
         return ""
+    if not old and state == "running" and not space.is_configuration(params):
+        return ""  # a trial its caller runs, with some of its parameters set so far
     return space.key(params).hex()

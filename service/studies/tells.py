@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from calibo.engine import Prediction, StudyState
+from calibo.engine.errors import FieldError
 
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, InvalidRequest, NotFound
 from ..storage import INTERRUPTED, StudyTx, expired, feasible
 from .definitions import StudyDef
 from .outcomes import same_value
@@ -60,6 +61,14 @@ class TellSteps(StudySteps):
                                     field="state" if trial.state != state else "value",
                                     code="trial_finished"))
                 continue
+            interrupted = item.interrupted
+            if trial.origin == "added" and (why := _not_configuration(sd, trial.params)) is not None:
+                # a trial its caller ran with some of its parameters set: no fit can place it
+                if state == "complete":
+                    out.append(InvalidRequest(f"trial {trial.number} cannot complete with these parameters: {why}",
+                                              field="params", code="incomplete_params"))
+                    continue
+                interrupted, value = state == "failed", None  # failed: not its configuration's doing
             if state == "complete":
                 pred = None if trial.prediction is None else Prediction.from_storage(trial.prediction, trial.points)
                 if adaptive is None:
@@ -72,13 +81,23 @@ class TellSteps(StudySteps):
                 tx.finish(trial, "complete", value, None if record is None else record.to_dict(), better,
                           constraints=constraints, values=values, user_attrs=attrs)
             else:
-                tx.finish(trial, state, value, {"reason": INTERRUPTED} if item.interrupted else None,
+                tx.finish(trial, state, value, {"reason": INTERRUPTED} if interrupted else None,
                           constraints=constraints, user_attrs=attrs)
             out.append((trial_view(trial), True))
         if adapted and adaptive is not None:
             tx.set_state(adaptive.to_dict())
         n_complete = tx.study.n_complete
         return [r if isinstance(r, Exception) else Told(*r, n_complete) for r in out]
+
+
+def _not_configuration(sd: StudyDef, params: dict[str, Any]) -> str | None:
+    """Why ``params`` is not a configuration of the study's space (a parameter it needs is missing), or
+    None when it is one."""
+    try:
+        sd.space.validate(params)
+    except FieldError as e:
+        return f"{e.field}: {e.message}"
+    return None
 
 
 def _new_attrs(stored: dict[str, Any] | None, told: dict[str, Any] | None) -> list[str]:

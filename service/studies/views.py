@@ -39,11 +39,15 @@ class TrialView(TypedDict):
     origin: str
     failure: str | None
     user_attrs: dict[str, Any]
+    system_attrs: dict[str, Any]
+    distributions: dict[str, Any] | None
     prediction: dict[str, Any] | None
     worker_id: str | None
     asked_at: datetime | None
+    started_at: datetime | None
     heartbeat_at: datetime | None
     finished_at: datetime | None
+    intermediate_values: NotRequired[dict[str, float]]
 
 
 class PairState(TypedDict):
@@ -73,6 +77,7 @@ class StudySummary(TypedDict):
     acquisition: str
     constraints: list[Any]
     user_attrs: dict[str, Any]
+    system_attrs: NotRequired[dict[str, Any]]
     created_at: datetime
     trials: dict[str, int]
     best_trial: dict[str, Any] | None
@@ -210,12 +215,23 @@ def trial_view(t: TrialRow) -> TrialView:
         "origin": t.origin or "asked",
         "failure": failure_of(t),
         "user_attrs": t.user_attrs or {},
+        "system_attrs": t.system_attrs or {},
+        "distributions": t.distributions,
         "prediction": public_prediction(t.prediction),
         "worker_id": t.worker_id,
         "asked_at": as_utc(t.asked_at),
+        "started_at": started_at(t),
         "heartbeat_at": as_utc(t.heartbeat_at),
         "finished_at": as_utc(t.finished_at),
     }
+
+
+def started_at(t: TrialRow) -> datetime | None:
+    """When ``t`` started running: its own start where one was set (a trial its caller runs, an imported
+    one's), else its ask's; None for a waiting trial that has not started."""
+    if t.started_at is not None:
+        return as_utc(t.started_at)
+    return None if t.state == "waiting" else as_utc(t.asked_at)
 
 
 class StudyView(TypedDict):
@@ -233,6 +249,7 @@ class StudyView(TypedDict):
     constraints: list[Any]
     learn_failures: bool
     user_attrs: dict[str, Any]
+    system_attrs: NotRequired[dict[str, Any]]
     settings: dict[str, Any]
     removed_settings: dict[str, Any] | None
     created_at: datetime

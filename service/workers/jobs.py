@@ -108,13 +108,18 @@ def fit_study(study_id: int, storage: Storage | None = None, save: bool = True) 
     if inputs is None:
         return {"study_id": study_id, "status": "deleted"}
     spec = StudySpec.from_definition(inputs.definition)
+    if not spec.space.params:  # created empty (an Optuna storage's): nothing to fit until it grows
+        return {"study_id": study_id, "status": "current", "n_obs": inputs.snapshot_n_obs,
+                "n_failed": inputs.snapshot_n_failed}
     n = len(inputs.observations)
     failed = inputs.failed if spec.learn_failures else []
     if not spec.config.fits(n) or (n, len(failed)) <= (inputs.snapshot_n_obs, inputs.snapshot_n_failed):
         return {"study_id": study_id, "status": "current", "n_obs": inputs.snapshot_n_obs,
                 "n_failed": inputs.snapshot_n_failed}
     t1 = time.perf_counter()
-    snap = spec.fit(inputs.observations, pending=inputs.running, constraints=inputs.constraints, device=_device,
+    # a running trial its caller runs may hold some of its parameters only so far: not yet pending
+    pending = [p for p in inputs.running if spec.space.is_configuration(p)]
+    snap = spec.fit(inputs.observations, pending=pending, constraints=inputs.constraints, device=_device,
                     failed=failed, tuned=Tuned.from_dict(inputs.tuned), previous=_previous(study_id, inputs.previous))
     t2 = time.perf_counter()
     result = {"study_id": study_id, "status": "fitted", **FitResult.of(snap).to_dict(), "revision": inputs.revision}

@@ -98,3 +98,29 @@ UserAttrs = Annotated[dict[Annotated[str, Field(max_length=MAX_PARAM_NAME),
                             "hashes, artifact paths...", examples=[{"git": "4f2a9c1", "run": "exp-17"}]),
                       AfterValidator(storable_attrs)]
 Values = Annotated[list[Real], Field(min_length=1, max_length=MAX_CONSTRAINTS)]
+
+
+def _distributions(d: dict[str, Any]) -> dict[str, Any]:
+    """Each parameter's distribution as the caller gives it: a JSON object (Optuna's form:
+    ``{"name": "FloatDistribution", "attributes": {...}}``), storable like user attributes."""
+    for name, v in d.items():
+        if not isinstance(v, dict):
+            raise ValueError(f"{name}: must be a JSON object (a distribution)")
+        try:
+            storable_attrs(v)
+        except ValueError as e:
+            raise ValueError(f"{name}: {e}") from None
+    return d
+
+
+# what a define-by-run caller drew each parameter from (a trial's ``distributions``)
+Distributions = Annotated[dict[ParamName, dict[str, Any]],
+                          Field(max_length=128, json_schema_extra=CLOSED_KEYS,
+                                description="the distribution each parameter was drawn from, as a JSON object "
+                                "the server keeps as given (an Optuna storage's: its JSON form); merged by "
+                                "parameter"), AfterValidator(_distributions)]
+MAX_STEP = 1_000_000_000
+StepKey = Annotated[str, Field(pattern=r"^(0|[1-9][0-9]{0,9})$")]
+Steps = Annotated[dict[StepKey, Real], Field(max_length=10_000, json_schema_extra={"propertyNames": {
+                  "pattern": r"^(0|[1-9][0-9]{0,9})$"}},
+                  description=f"learning-curve points: step (0 to {MAX_STEP}, as a JSON key) -> finite value")]

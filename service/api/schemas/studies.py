@@ -31,9 +31,10 @@ from .space import BRANIN_SPACE, ParamSpec
 class StudyCreate(RequestBody):
     name: Name = Field(examples=["branin-demo"])
     space: dict[ParamName, ParamSpec] = Field(
-        min_length=1, max_length=MAX_PARAMS, json_schema_extra=CLOSED_KEYS,
-        description=f"1 to {MAX_PARAMS} parameters; at most {MAX_CHOICES} choices each and 2048 encoded "
-        "features in all (numeric parameters plus every categorical choice)",
+        max_length=MAX_PARAMS, json_schema_extra=CLOSED_KEYS,
+        description=f"up to {MAX_PARAMS} parameters; at most {MAX_CHOICES} choices each and 2048 encoded "
+        "features in all (numeric parameters plus every categorical choice). An empty space (an Optuna "
+        "storage's new study) grows with PATCH .../space; its asks answer 409 `empty_space` until then",
         examples=[BRANIN_SPACE],
     )
     direction: Direction = "minimize"
@@ -149,6 +150,8 @@ class StudyView(BaseModel):
     constraints: list[str] = Field([], description="outcome constraint names")
     learn_failures: bool = Field(True, description="whether failed trials train the model of where trials succeed")
     user_attrs: dict[str, Any] = {}
+    system_attrs: dict[str, Any] | None = Field(None, description="with `system_attrs=true`: the attributes kept "
+                                                "apart from the user's (an Optuna storage's system attributes)")
     settings: dict[str, Any]
     removed_settings: dict[str, Any] | None = Field(None, description="settings the study was created with "
                                                     "that are no longer settings, with the values it named: it "
@@ -174,6 +177,7 @@ class StudySummary(BaseModel):
     acquisition: str
     constraints: list[str] = []
     user_attrs: dict[str, Any] = {}
+    system_attrs: dict[str, Any] | None = Field(None, description="with `system_attrs=true`")
     created_at: datetime
     trials: TrialCounts
     best_trial: BestTrial | None
@@ -224,3 +228,8 @@ class SpaceGrowth(RequestBody):
 
 class StudyAttrs(BaseModel):
     user_attrs: dict[str, Any] = Field(description="the study's user attributes after the change")
+
+
+class StudySystemAttrs(BaseModel):
+    system_attrs: dict[str, Any] = Field(description="the keys set, with their values (a study's system "
+                                         "attributes may hold many: GET the study with `system_attrs=true`)")

@@ -14,11 +14,13 @@ from .fields import (
     CLOSED_KEYS,
     Choice,
     Direction,
+    Distributions,
     Integral,
     Name,
     ParamName,
     Real,
     RequestBody,
+    Steps,
     TrialState,
     UserAttrs,
     Values,
@@ -96,15 +98,25 @@ MAX_ADDED = 1000
 
 class AddedTrial(RequestBody):
     params: dict[ParamName, Choice] = Field(max_length=MAX_PARAMS, json_schema_extra=CLOSED_KEYS,
-                                            description="exactly the active parameters")
+                                            description="exactly the active parameters; a running or waiting "
+                                            "trial: those set so far (PATCH the trial to set more)")
     value: Real | None = Field(None, description="the objective (a completed trial)")
     values: Objectives | None = Field(None, description="a multi-objective study's objectives (instead of value)")
-    state: Literal["complete", "failed", "pruned"] | None = Field(
+    state: Literal["complete", "failed", "pruned", "running", "waiting"] | None = Field(
         None, description="complete (default, needs value), failed (no value) or pruned (a single-objective "
-        "trial's last reported value, optionally)")
+        "trial's last reported value, optionally); running: a trial the caller runs itself, choosing its "
+        "parameters (define-by-run: PATCH sets them, tell ends it); waiting: one that starts later (PATCH "
+        "`state: running` starts it)")
     constraints: Values | None = Field(None, description="one value per study constraint (a completed trial "
                                        "of a constrained study needs them)")
     user_attrs: UserAttrs | None = None
+    system_attrs: UserAttrs | None = Field(None, description="attributes kept apart from the user's (an Optuna "
+                                           "storage's system attributes); the bounds of user_attrs")
+    distributions: Distributions | None = None
+    intermediate_values: Steps | None = None
+    started_at: datetime | None = Field(None, description="when it started (an imported trial's; default: now "
+                                        "for a running or finished one, none for a waiting one); no zone: UTC")
+    finished_at: datetime | None = Field(None, description="when a finished trial finished (default: now)")
 
 
 class AddTrialsRequest(RequestBody):
@@ -132,6 +144,22 @@ class ReportRequest(RequestBody):
 
 class ReportResponse(BaseModel):
     should_prune: bool = Field(description="stop this trial now (then tell it with state pruned)")
+
+
+class TrialChange(RequestBody):
+    """A change of a trial its caller runs itself (added running or waiting): see PATCH .../trials/{tid}."""
+
+    params: dict[ParamName, Choice] | None = Field(
+        None, max_length=MAX_PARAMS, json_schema_extra=CLOSED_KEYS,
+        description="parameters to set or replace (known to the space, valid values, active as the "
+        "trial's parameters set so far make them)", examples=[{"lr": 0.01}])
+    distributions: Distributions | None = None
+    user_attrs: UserAttrs | None = Field(None, description="merged into the trial's")
+    system_attrs: UserAttrs | None = Field(None, description="merged into the trial's system attributes")
+    intermediate_values: Steps | None = Field(None, description="learning-curve points set or replaced (no "
+                                              "pruning decision: POST .../report asks the study's pruner)")
+    state: Literal["running"] | None = Field(None, description="running: start a waiting trial (409 "
+                                             "`trial_running` when it has started already)")
 
 
 class CurveView(BaseModel):
@@ -165,11 +193,18 @@ class TrialView(BaseModel):
         "with learn_failures false), interrupted (told so: stopped from outside) or expired (no heartbeat "
         "within the timeout); null otherwise")
     user_attrs: dict[str, Any] = {}
+    system_attrs: dict[str, Any] = Field({}, description="attributes kept apart from the user's (an Optuna "
+                                         "storage's system attributes)")
+    distributions: dict[str, Any] | None = Field(None, description="the distribution each parameter was drawn "
+                                                 "from, where its caller gave one (null: the study's space)")
     prediction: dict[str, Any] | None
     worker_id: str | None
     asked_at: datetime
+    started_at: datetime | None = Field(None, description="when it started running (null: a waiting trial)")
     heartbeat_at: datetime | None
     finished_at: datetime | None
+    intermediate_values: dict[str, float] | None = Field(None, description="with `curves=true`: the "
+                                                         "learning-curve points, step (as a key) -> value")
 
 
 class TrialList(BaseModel):

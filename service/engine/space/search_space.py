@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ParamError, SpaceError
+from ..errors import FieldError, ParamError, SpaceError
 from ..limits import MAX_FEATURES, MAX_PARAMS
 from .conditions import Conditions
 from .growth import grown_specs
@@ -42,8 +42,8 @@ class SearchSpace(Conditions, Sampling):
     def from_dict(cls, d: Any) -> SearchSpace:
         if isinstance(d, SearchSpace):
             return d
-        if not isinstance(d, dict) or not d:
-            raise SpaceError("space", "must be a non-empty object of parameters")
+        if not isinstance(d, dict):
+            raise SpaceError("space", "must be an object of parameters")
         if len(d) > MAX_PARAMS:
             raise SpaceError("space", f"at most {MAX_PARAMS} parameters (got {len(d)})")
         space = cls(tuple(Param.from_dict(name, spec) for name, spec in d.items()))
@@ -123,6 +123,14 @@ class SearchSpace(Conditions, Sampling):
                 raise ParamError(p.name, "missing")
             out[p.name] = p.validate(params[p.name])
         return {p.name: out[p.name] for p in self.params if p.name in out}
+
+    def is_configuration(self, params: Any) -> bool:
+        """Whether ``validate`` accepts ``params`` (a trial its caller runs may hold some only so far)."""
+        try:
+            self.validate(params)
+        except FieldError:
+            return False
+        return True
 
     def complete(self, params: dict[str, Any]) -> bool:
         """Whether a validated (partial) configuration holds every parameter it makes active."""
