@@ -59,6 +59,9 @@ MODULES = {
 ALLOWED = {layer: {layer, *STACK[i + 1:]} | ({"client"} if layer != "engine" else set())
            for i, layer in enumerate(STACK)}
 ALLOWED["optuna"] = {"optuna", "engine", "client"}  # the remote mode talks to a server through the client
+# the command line serves the Optuna adapter's storage (`calibo optuna-grpc`), as it serves the client's Katib
+# service; nothing else of the server imports the adapter
+ALLOWED["entry"] = ALLOWED["entry"] | {"optuna"}
 ALLOWED["client"] = {"client"}
 
 

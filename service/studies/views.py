@@ -47,7 +47,7 @@ class TrialView(TypedDict):
     started_at: datetime | None
     heartbeat_at: datetime | None
     finished_at: datetime | None
-    intermediate_values: NotRequired[dict[str, float]]
+    intermediate_values: dict[str, float] | None  # asked for (``curves=true`` on a read): the points
 
 
 class PairState(TypedDict):
@@ -223,6 +223,7 @@ def trial_view(t: TrialRow) -> TrialView:
         "started_at": started_at(t),
         "heartbeat_at": as_utc(t.heartbeat_at),
         "finished_at": as_utc(t.finished_at),
+        "intermediate_values": None,
     }
 
 
