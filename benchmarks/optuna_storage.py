@@ -190,7 +190,6 @@ def main(argv: list[str] | None = None) -> None:
             if f"rdb-{backend}" in labels:
                 rdb[backend] = stack.enter_context(database(backend, tmp, f"rdb-{backend}"))
         proxy = stack.enter_context(grpc_proxy(urls["sqlite"])) if "grpc-calibo-sqlite" in labels else None
-        pg_driver = (lambda u: u.replace("postgresql://", "postgresql+psycopg://", 1))
         bar = tqdm(total=len(seeds) * len(labels), desc="optuna storages", unit="run")
         for seed in seeds:
             for label in labels:
@@ -200,7 +199,8 @@ def main(argv: list[str] | None = None) -> None:
                     storage: Any = optuna.storages.InMemoryStorage()
                 elif label.startswith("rdb-"):
                     backend = label.split("-", 1)[1]
-                    storage = RDBStorage(rdb[backend] if backend == "sqlite" else pg_driver(rdb[backend]))
+                    storage = RDBStorage(rdb[backend] if backend == "sqlite"
+                                         else rdb[backend].replace("postgresql://", "postgresql+psycopg://", 1))
                 elif label.startswith("calibo-"):
                     url = urls[label.split("-", 1)[1]]
                     storage = CaliboStorage(url)
