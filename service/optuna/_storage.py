@@ -24,8 +24,10 @@ objective or intermediate value, more than four objectives, an empty study name,
 choice that is not a finite number, a string, a bool or None. Non-finite floats inside attributes
 are kept, written as ``{"__float__": "nan" | "inf" | "-inf"}`` on the server.
 
-The storage keeps no state beyond caches: the study of each trial id, each study's space. It
-pickles (Optuna's process pools) and is thread-safe.
+The storage keeps no state beyond caches: the study of each trial id, each study's space, and the
+views of the trials it runs and of finished ones it has read (its own writes keep them current, as
+Optuna's ``_CachedStorage`` does for the trials it runs; at most ``KNOWN``). It pickles (Optuna's
+process pools) and is thread-safe.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import json
 import math
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Container, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -62,6 +65,7 @@ __all__ = ["CaliboStorage"]
 
 MAX_OBJECTIVES = 4  # a calibo study's directions
 PAGE = 1000  # the server's largest page of trials
+KNOWN = 10_000  # trial views kept (the trials this storage runs, finished ones it read)
 
 _STATES = {"waiting": TrialState.WAITING, "running": TrialState.RUNNING, "complete": TrialState.COMPLETE,
            "failed": TrialState.FAIL, "pruned": TrialState.PRUNED}
@@ -171,6 +175,10 @@ class CaliboStorage(BaseStorage):
         self._lock = threading.RLock()
         self._client = Client(url, token=token, timeout=timeout)
         self._study_of: dict[int, int] = {}  # trial id -> study id (never changes)
+        # the trials this storage runs (created running) and finished ones: their views as the server answered
+        # its writes, with their learning-curve points; a read of one costs no request (Optuna's _CachedStorage
+        # keeps the trials it runs likewise)
+        self._known: OrderedDict[int, dict[str, Any]] = OrderedDict()  # the newest KNOWN of them
         self._spaces: dict[int, dict[str, dict[str, Any]]] = {}  # study id -> its space, as last read
 
     # ------------------------------------------------------------------ pickling
@@ -268,6 +276,8 @@ class CaliboStorage(BaseStorage):
             view = self._client.start_trial(study_id, body)
         with self._lock:
             self._study_of[int(view["id"])] = study_id
+        if view["state"] != "waiting":  # a waiting one may be started by another worker, or an ask
+            self._keep(view, body.get("intermediate_values") or {})
         return int(view["id"])
 
     def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
@@ -280,8 +290,8 @@ class CaliboStorage(BaseStorage):
             self._check_updatable(trial_id)  # a finished trial's error first, as Optuna's storages
             raise
         with self._errors():
-            self._client.change_trial(study_id, trial_id, params=value, distributions={
-                param_name: json.loads(distribution_to_json(distribution))})
+            self._kept(self._client.change_trial(study_id, trial_id, params=value, distributions={
+                param_name: json.loads(distribution_to_json(distribution))}))
 
     def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
         for t in self._views(study_id):
@@ -309,23 +319,24 @@ class CaliboStorage(BaseStorage):
             if state == TrialState.WAITING:
                 raise ValueError("a calibo trial that has started cannot wait again")
             outcome = self._outcome(study_id, state, values)
-            self._client.tell(study_id, trial_id, outcome.get("values", outcome.get("value")),
-                              state=None if state == TrialState.COMPLETE else outcome["state"])
+            self._kept(self._client.tell(study_id, trial_id, outcome.get("values", outcome.get("value")),
+                                         state=None if state == TrialState.COMPLETE else outcome["state"]))
         return True
 
     def set_trial_intermediate_value(self, trial_id: int, step: int, intermediate_value: float) -> None:
         value = _finite(intermediate_value, f"the intermediate value at step {step}")
         with self._errors():
-            self._client.change_trial(self._study_id_of(trial_id), trial_id,
-                                      intermediate_values={str(int(step)): value})
+            self._kept(self._client.change_trial(self._study_id_of(trial_id), trial_id,
+                                                 intermediate_values={str(int(step)): value}), {str(int(step)): value})
 
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
         with self._errors():
-            self._client.change_trial(self._study_id_of(trial_id), trial_id, user_attrs={key: _pack(value)})
+            self._kept(self._client.change_trial(self._study_id_of(trial_id), trial_id, user_attrs={key: _pack(value)}))
 
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
         with self._errors():
-            self._client.change_trial(self._study_id_of(trial_id), trial_id, system_attrs={key: _pack(value)})
+            self._kept(self._client.change_trial(self._study_id_of(trial_id), trial_id,
+                                                 system_attrs={key: _pack(value)}))
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
         view = self._trial_view(trial_id)
@@ -334,7 +345,9 @@ class CaliboStorage(BaseStorage):
     def get_all_trials(self, study_id: int, deepcopy: bool = True,
                        states: Container[TrialState] | None = None) -> list[FrozenTrial]:
         views = self._views(study_id)
-        space = self._space(study_id, fresh=True)
+        space = self._space(study_id)
+        if any(n not in space and n not in (v.get("distributions") or {}) for v in views for n in v["params"]):
+            space = self._space(study_id, fresh=True)  # a parameter another process added since
         out = [self._frozen(v, space) for v in views]
         if states is not None:
             out = [t for t in out if t.state in states]
@@ -419,11 +432,32 @@ class CaliboStorage(BaseStorage):
             sid = int(self._trial_view(trial_id)["study_id"])
         return sid
 
+    def _keep(self, view: dict[str, Any], points: dict[str, float]) -> None:
+        with self._lock:
+            self._known[int(view["id"])] = {**view, "intermediate_values": dict(points)}
+            self._known.move_to_end(int(view["id"]))
+            while len(self._known) > KNOWN:
+                self._known.popitem(last=False)
+
+    def _kept(self, view: dict[str, Any], points: dict[str, float] | None = None) -> None:
+        """A view a write of this storage answered: kept, with the points known so far, for a trial it
+        keeps (its learning-curve points are not in a write's answer)."""
+        with self._lock:
+            old = self._known.get(int(view["id"]))
+        if old is not None:
+            self._keep(view, {**old["intermediate_values"], **(points or {})})
+
     def _trial_view(self, trial_id: int) -> dict[str, Any]:
+        with self._lock:
+            known = self._known.get(int(trial_id))
+        if known is not None:
+            return copy.deepcopy(known)
         with self._errors():
             view = self._client.trial_by_id(int(trial_id), curves=True)
         with self._lock:
             self._study_of[int(trial_id)] = int(view["study_id"])
+        if _STATES[view["state"]].is_finished():  # finished: it changes no more
+            self._keep(view, view.get("intermediate_values") or {})
         return view
 
     def _check_updatable(self, trial_id: int) -> None:
