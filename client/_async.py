@@ -223,11 +223,12 @@ class AsyncClient:
     async def trials(
         self, study_id: StudyRef, state: str | None = None, limit: int = 100, offset: int = 0, *,
         origin: str | None = None, user_attrs: dict[str, str] | None = None, curves: bool = False,
+        number_from: int | None = None,
     ) -> dict[str, Any]:
         """One page: ``{"trials": [...], "total", "limit", "offset"}`` (only trials of ``origin``,
         and whose string user attributes match ``user_attrs``, when given; ``curves``: with each one's
-        learning-curve points)."""
-        return await self._run(api.trials(study_id, state, limit, offset, origin, user_attrs, curves))
+        learning-curve points; ``number_from``: only trials numbered so or later)."""
+        return await self._run(api.trials(study_id, state, limit, offset, origin, user_attrs, curves, number_from))
 
     async def iter_trials(
         self, study_id: StudyRef, state: str | None = None, page_size: int = 100, *,

@@ -445,10 +445,13 @@ def trials(
     origin: str | None = None,
     user_attrs: dict[str, str] | None = None,
     curves: bool = False,
+    number_from: int | None = None,
 ) -> Call[dict[str, Any]]:
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     if curves:
         params["curves"] = "true"
+    if number_from is not None:
+        params["number_from"] = number_from
     if state is not None:
         params["state"] = state
     if origin is not None:

@@ -256,21 +256,23 @@ class Client:
     def trials(
         self, study_id: StudyRef, state: str | None = None, limit: int = 100, offset: int = 0, *,
         origin: str | None = None, user_attrs: dict[str, str] | None = None, curves: bool = False,
+        number_from: int | None = None,
     ) -> dict[str, Any]:
         """One page: ``{"trials": [...], "total", "limit", "offset"}`` (only trials of ``origin``,
         and whose string user attributes match ``user_attrs``, when given; ``curves``: each with its
-        learning-curve points, ``intermediate_values``)."""
-        return self._run(api.trials(study_id, state, limit, offset, origin, user_attrs, curves))
+        learning-curve points, ``intermediate_values``; ``number_from``: only trials numbered so or later)."""
+        return self._run(api.trials(study_id, state, limit, offset, origin, user_attrs, curves, number_from))
 
     def iter_trials(
         self, study_id: StudyRef, state: str | None = None, page_size: int = 100, *,
         origin: str | None = None, user_attrs: dict[str, str] | None = None, curves: bool = False,
+        number_from: int | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Every trial view of the study (optionally filtered as :meth:`trials`), page by page."""
         offset: int | None = 0
         while offset is not None:
             page = self.trials(study_id, state=state, limit=page_size, offset=offset, origin=origin,
-                               user_attrs=user_attrs, curves=curves)
+                               user_attrs=user_attrs, curves=curves, number_from=number_from)
             yield from page.get("trials") or []
             offset = api.next_offset(page, offset)
 

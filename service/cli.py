@@ -226,6 +226,98 @@ def optuna_grpc(args: argparse.Namespace) -> int:
     return 0
 
 
+# what optuna-dashboard over calibo needs beyond calibo's client: the optuna-dashboard extra
+DASHBOARD_MODULES = {"optuna", "optuna_dashboard", "bottle"}
+# the dashboard's writes (notes, rename, delete, create, tell): every method but these, with --read-only
+READ_METHODS = {"GET", "HEAD", "OPTIONS"}
+
+
+def _read_only(app):
+    """``app`` (WSGI) refusing every request that writes, with a reason the dashboard shows."""
+    import json
+
+    body = json.dumps({"reason": "this dashboard is read-only (calibo optuna-dashboard --read-only)"}).encode()
+
+    def refuse_writes(environ, start_response):
+        if environ.get("REQUEST_METHOD", "GET").upper() in READ_METHODS:
+            return app(environ, start_response)
+        start_response("403 Forbidden", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return refuse_writes
+
+
+def optuna_dashboard(args: argparse.Namespace) -> int:
+    """optuna-dashboard over a calibo server (``calibo.optuna.CaliboStorage``), until SIGTERM / Ctrl-C."""
+    import logging
+    import os
+    import signal
+    import threading
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    try:
+        import optuna_dashboard as dashboard
+
+        from calibo.optuna import CaliboStorage
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in DASHBOARD_MODULES:
+            raise  # a server module: main() names the server extra
+        print(f"calibo optuna-dashboard: {e}. It needs the optuna-dashboard extra (optuna, optuna-dashboard): "
+              "pip install 'calibo[server,optuna-dashboard]'", file=sys.stderr)
+        return 2
+    from calibo.errors import CaliboError
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("calibo.optuna_dashboard")
+    if log.getEffectiveLevel() > logging.DEBUG:  # the page polls: a line per REST call only with debug
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+    url = args.url or os.environ.get("CALIBO_URL") or "http://127.0.0.1:8000"
+    token = args.token or os.environ.get("CALIBO_TOKEN") or None
+    storage = CaliboStorage(url, token=token)
+    # a wrong URL or token is said now, not as a 500 behind every click of the page
+    try:
+        n = len(storage.get_all_studies())
+    except (CaliboError, KeyError) as e:  # KeyError: a 404, what another web server answers /v1/studies
+        print(f"calibo optuna-dashboard: cannot list the studies of the calibo server at {url}: {e}",
+              file=sys.stderr)
+        return 1
+    app = dashboard.wsgi(storage)
+    if args.read_only:
+        app = _read_only(app)
+
+    class Server(ThreadingMixIn, WSGIServer):  # a request at a time would queue the page's behind a slow one
+        daemon_threads = True
+
+    class Handler(WSGIRequestHandler):
+        def log_message(self, format: str, *a: object) -> None:
+            log.debug("%s %s", self.address_string(), format % a)
+
+    try:
+        httpd = make_server(args.host, args.port, app, server_class=Server, handler_class=Handler)
+    except OSError as e:
+        print(f"calibo optuna-dashboard: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 1
+    shown = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
+    log.info("optuna-dashboard on http://%s:%s/dashboard over the calibo server %s (%d studies)%s", shown,
+             httpd.server_port, url, n, ", read-only" if args.read_only else "")
+    thread = threading.Thread(target=httpd.serve_forever, name="optuna-dashboard", daemon=True)
+    thread.start()
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        log.info("stopping")
+        httpd.shutdown()
+        httpd.server_close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="calibo", description="calibo: ask/tell HPO from calibrated surrogates")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -266,6 +358,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--token", default=None, help="its API token, with the write role (default $CALIBO_TOKEN)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=optuna_grpc)
+
+    p = sub.add_parser("optuna-dashboard", help="serve optuna-dashboard over a calibo server's studies "
+                       "(the optuna-dashboard extra)")
+    p.add_argument("--host", default="127.0.0.1", help="the address it listens on (the page has no authentication)")
+    p.add_argument("--port", type=int, default=8080, help="optuna-dashboard's own default")
+    p.add_argument("--url", default=None, help="the calibo server (default $CALIBO_URL, then http://127.0.0.1:8000)")
+    p.add_argument("--token", default=None, help="its API token (default $CALIBO_TOKEN): read, or write for "
+                   "the page's notes and edits")
+    p.add_argument("--read-only", action="store_true", help="refuse the page's writes (notes, rename, delete, "
+                   "create, tell) with 403")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="debug logs every request")
+    p.set_defaults(func=optuna_dashboard)
 
     p = sub.add_parser("demo", help="run the in-process optimizer on Branin")
     p.add_argument("--trials", type=_at_least_one, default=60)

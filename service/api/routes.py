@@ -314,10 +314,12 @@ def list_trials(
         "is `value`")] = None,
     curves: Annotated[bool, Query(description="with each trial's learning-curve points "
                                   "(`intermediate_values`)")] = False,
+    number_from: Annotated[int | None, Query(ge=0, le=2**31 - 1, description="only trials numbered this or "
+                                             "later (a reader that holds the finished ones before it)")] = None,
     by: By = None,
 ) -> dict[str, Any]:
     attrs = dict(a.split(":", 1) for a in user_attr or ())  # the pattern refused NUL: PostgreSQL cannot compare it
-    rows, total = svc.storage.list_trials(_resolve(svc, study, by), state, limit, offset, attrs, origin)
+    rows, total = svc.storage.list_trials(_resolve(svc, study, by), state, limit, offset, attrs, origin, number_from)
     return {"trials": _views(svc, rows, curves), "total": total, "limit": limit, "offset": offset}
 
 

@@ -26,7 +26,9 @@ are kept, written as ``{"__float__": "nan" | "inf" | "-inf"}`` on the server.
 
 The storage keeps no state beyond caches: the study of each trial id, each study's space, and the
 views of the trials it runs and of finished ones it has read (its own writes keep them current, as
-Optuna's ``_CachedStorage`` does for the trials it runs; at most ``KNOWN``). It pickles (Optuna's
+Optuna's ``_CachedStorage`` does for the trials it runs; at most ``KNOWN``), and each study's finished
+trials, so that a listing reads only the trials from the first one not known finished
+(``number_from``). It pickles (Optuna's
 process pools) and is thread-safe.
 """
 
@@ -179,6 +181,7 @@ class CaliboStorage(BaseStorage):
         # its writes, with their learning-curve points; a read of one costs no request (Optuna's _CachedStorage
         # keeps the trials it runs likewise)
         self._known: OrderedDict[int, dict[str, Any]] = OrderedDict()  # the newest KNOWN of them
+        self._done: dict[int, dict[int, dict[str, Any]]] = {}  # study id -> number -> a settled trial's view
         self._spaces: dict[int, dict[str, dict[str, Any]]] = {}  # study id -> its space, as last read
 
     # ------------------------------------------------------------------ pickling
@@ -215,6 +218,7 @@ class CaliboStorage(BaseStorage):
             self._client.delete_study(study_id)
         with self._lock:
             self._spaces.pop(study_id, None)
+            self._done.pop(study_id, None)
 
     def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
         with self._errors():
@@ -456,7 +460,7 @@ class CaliboStorage(BaseStorage):
             view = self._client.trial_by_id(int(trial_id), curves=True)
         with self._lock:
             self._study_of[int(trial_id)] = int(view["study_id"])
-        if _STATES[view["state"]].is_finished():  # finished: it changes no more
+        if _settled(view):
             self._keep(view, view.get("intermediate_values") or {})
         return view
 
@@ -466,12 +470,22 @@ class CaliboStorage(BaseStorage):
             raise UpdateFinishedTrialError(f"Trial#{view['number']} has already finished and can not be updated.")
 
     def _views(self, study_id: int) -> list[dict[str, Any]]:
-        with self._errors():
-            views = list(self._client.iter_trials(study_id, page_size=PAGE, curves=True))
+        """Every trial of the study, by number: the finished ones read before from the cache (up to the
+        first trial not known finished), the others from the server."""
         with self._lock:
-            for v in views:
+            done = self._done.setdefault(study_id, {})
+            start = 0
+            while start in done:
+                start += 1
+            before = [done[n] for n in range(start)]
+        with self._errors():
+            fresh = list(self._client.iter_trials(study_id, page_size=PAGE, curves=True, number_from=start))
+        with self._lock:
+            for v in fresh:
                 self._study_of[int(v["id"])] = study_id
-        return views
+                if _settled(v):
+                    done[int(v["number"])] = v
+        return before + fresh
 
     @staticmethod
     def _frozen(view: dict[str, Any], space: dict[str, dict[str, Any]]) -> FrozenTrial:
@@ -496,6 +510,11 @@ class CaliboStorage(BaseStorage):
             system_attrs=_unpack(view.get("system_attrs") or {}),
             intermediate_values={int(k): float(x) for k, x in (view.get("intermediate_values") or {}).items()},
             trial_id=int(view["id"]))
+
+
+def _settled(view: dict[str, Any]) -> bool:
+    """A finished trial that changes no more (one failed for silence may still be told)."""
+    return _STATES[view["state"]].is_finished() and view.get("failure") != "expired"
 
 
 class _Errors:

@@ -47,10 +47,11 @@ class TrialQueries(Sessions):
             return list(s.scalars(q))
 
     def list_trials(self, study_id: int, state: str | None, limit: int, offset: int,
-                    user_attrs: dict[str, str] | None = None, origin: str | None = None
-                    ) -> tuple[list[TrialRow], int]:
-        """A page of trials by number: in ``state``, of ``origin`` (``asked`` for those an ask chose), and
-        whose string user attribute ``k`` is ``v`` for every ``k: v`` of ``user_attrs``."""
+                    user_attrs: dict[str, str] | None = None, origin: str | None = None,
+                    number_from: int | None = None) -> tuple[list[TrialRow], int]:
+        """A page of trials by number: in ``state``, of ``origin`` (``asked`` for those an ask chose),
+        whose string user attribute ``k`` is ``v`` for every ``k: v`` of ``user_attrs``, numbered
+        ``number_from`` or later."""
         with self._read() as s:
             if s.get(StudyRow, study_id) is None:
                 raise NotFound(f"study {study_id} not found", field="study")
@@ -60,6 +61,8 @@ class TrialQueries(Sessions):
             if origin is not None:
                 where.append(TrialRow.origin.is_(None) if origin == "asked" else TrialRow.origin == origin)
             where.extend(self._string_attr(k, v) for k, v in (user_attrs or {}).items())
+            if number_from is not None:
+                where.append(TrialRow.number >= number_from)
             total = s.scalar(select(func.count()).select_from(TrialRow).where(*where)) or 0
             rows = list(s.scalars(select(TrialRow).where(*where).order_by(TrialRow.number)
                                   .limit(limit).offset(offset)))
