@@ -202,3 +202,17 @@ def test_calibo_sampler_runs_on_a_calibo_stored_study(server) -> None:
         trials = list(c.iter_trials(name))
         assert len(trials) == 12 and all(t["state"] == "complete" for t in trials)
         assert set(c.get_study(name)["space"]) == {"x", "y"}  # grown from the trials' distributions
+
+
+def test_an_optuna_worker_runs_a_configuration_enqueued_in_calibo(server) -> None:
+    with Client(server.url) as c:
+        name = unique("enqueued")
+        c.create_study(name, BRANIN, seed=0)
+        c.enqueue(name, {"x": 1.0, "y": 2.0})
+        c.enqueue(name, {"x": 3.0})  # some of a configuration: the worker draws the rest
+        study = optuna.load_study(study_name=name, storage=CaliboStorage(server.url))
+        study.optimize(branin, n_trials=3)
+        trials = sorted(c.iter_trials(name), key=lambda t: t["number"])
+        assert [t["state"] for t in trials] == ["complete"] * 3
+        assert trials[0]["params"] == {"x": 1.0, "y": 2.0} and trials[1]["params"]["x"] == 3.0
+        assert set(trials[1]["params"]) == {"x", "y"} and trials[0]["origin"] == "enqueued"

@@ -156,8 +156,9 @@ class AddedTrials(StudySteps):
         (``params``, valid for the space as the trial's parameters then stand; ``distributions``), merge
         ``user_attrs`` and ``system_attrs``, set or replace learning-curve points
         (``intermediate_values``), start a waiting trial (``state: running``; Conflict ``trial_running``
-        when it has started). A finished trial is Conflict ``trial_finished`` and nothing changes; an
-        asked trial takes attributes and points only (its parameters are the ask's)."""
+        when it has started: its caller completes an enqueued configuration's parameters). A finished
+        trial is Conflict ``trial_finished`` and nothing changes; a trial an ask handed out takes
+        attributes and points only (its parameters are the ask's)."""
         steps = {int(k): v for k, v in (change.get("intermediate_values") or {}).items()}
         given = change.get("params") or {}
         sd = self.study(study_id)
@@ -171,7 +172,8 @@ class AddedTrials(StudySteps):
                 raise Conflict(f"trial {trial.number} is running already", field="state", code="trial_running")
             params: dict[str, Any] | None = None
             if given:
-                if trial.origin != "added":
+                # its caller's: added, or enqueued and started by a change (an ask's hand-out sets no start)
+                if not (trial.origin == "added" or (trial.origin == "enqueued" and trial.started_at is not None)):
                     raise Conflict(f"trial {trial.number} was handed out by an ask: its parameters are the "
                                    "ask's", field="params", code="trial_asked")
                 try:

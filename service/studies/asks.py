@@ -72,8 +72,9 @@ class AskSteps(StudySteps):
             suggestions = select(
                 snap, state, sd.space, sd.config, count=total - len(fixed),
                 direction=sd.direction, asked=st.next_number,
-                # a trial its caller runs (origin added) may hold some of its parameters only so far
-                pending=[t.params for t in running if t.origin != "added" or sd.space.is_configuration(t.params)]
+                # a trial its caller runs (added, or an enqueued one it started) may hold some of its
+                # parameters only so far
+                pending=[t.params for t in running if t.origin is None or sd.space.is_configuration(t.params)]
                 + [t.params for t in fixed],
                 exclude_keys=self._finished_keys(tx),  # warm-up: select reads the snapshot's n_obs
             )

@@ -62,7 +62,7 @@ class TellSteps(StudySteps):
                                     code="trial_finished"))
                 continue
             interrupted = item.interrupted
-            if trial.origin == "added" and (why := _not_configuration(sd, trial.params)) is not None:
+            if trial.origin in ("added", "enqueued") and (why := _not_configuration(sd, trial.params)) is not None:
                 # a trial its caller ran with some of its parameters set: no fit can place it
                 if state == "complete":
                     out.append(InvalidRequest(f"trial {trial.number} cannot complete with these parameters: {why}",
