@@ -232,13 +232,13 @@ DASHBOARD_MODULES = {"optuna", "optuna_dashboard", "bottle"}
 READ_METHODS = {"GET", "HEAD", "OPTIONS"}
 
 
-def _read_only(app):
+def _read_only(app: Any) -> Any:
     """``app`` (WSGI) refusing every request that writes, with a reason the dashboard shows."""
     import json
 
     body = json.dumps({"reason": "this dashboard is read-only (calibo optuna-dashboard --read-only)"}).encode()
 
-    def refuse_writes(environ, start_response):
+    def refuse_writes(environ: dict[str, Any], start_response: Any) -> Any:
         if environ.get("REQUEST_METHOD", "GET").upper() in READ_METHODS:
             return app(environ, start_response)
         start_response("403 Forbidden", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
