@@ -16,6 +16,7 @@ import pytest
 optuna = pytest.importorskip("optuna")
 from conftest import BACKENDS, LiveServer, backend_server, unique  # noqa: E402
 from optuna.testing.pytest_storages import StorageTestCase  # noqa: E402
+from test_dashboard import browser, page  # noqa: E402, F401 - Debian's chromium, headless (the dashboard test)
 
 from calibo import Client  # noqa: E402
 from calibo.optuna import CaliboStorage  # noqa: E402
@@ -216,3 +217,46 @@ def test_an_optuna_worker_runs_a_configuration_enqueued_in_calibo(server) -> Non
         assert [t["state"] for t in trials] == ["complete"] * 3
         assert trials[0]["params"] == {"x": 1.0, "y": 2.0} and trials[1]["params"]["x"] == 3.0
         assert set(trials[1]["params"]) == {"x", "y"} and trials[0]["origin"] == "enqueued"
+
+
+def test_conditional_parameters_read_as_optuna_define_by_run_and_bad_distributions_fall_back(server) -> None:
+    space = {"kernel": {"type": "categorical", "choices": ["linear", "rbf"]},
+             "C": {"type": "float", "low": 0.01, "high": 100.0, "log": True},
+             "gamma": {"type": "float", "low": 1e-4, "high": 1.0, "log": True,
+                       "condition": {"parent": "kernel", "values": ["rbf"]}}}
+    with Client(server.url) as c:
+        name = unique("conditional")
+        c.create_study(name, space, seed=1).optimize(lambda p: math.log(p["C"]) ** 2 + p.get("gamma", 0.5), n_trials=8)
+        rest = {t["id"]: t["params"] for t in c.iter_trials(name)}
+        study = optuna.load_study(study_name=name, storage=CaliboStorage(server.url))
+        assert {t._trial_id: t.params for t in study.trials} == rest  # gamma only where kernel is rbf
+        assert any("gamma" not in p for p in rest.values()) and any("gamma" in p for p in rest.values())
+
+        def objective(trial):
+            kernel = trial.suggest_categorical("kernel", ["linear", "rbf"])
+            C = trial.suggest_float("C", 0.01, 100.0, log=True)
+            gamma = trial.suggest_float("gamma", 1e-4, 1.0, log=True) if kernel == "rbf" else 0.5
+            return math.log(C) ** 2 + gamma
+
+        study.sampler = optuna.samplers.TPESampler(seed=0)
+        study.optimize(objective, n_trials=6)
+        assert all(t["state"] == "complete" for t in c.iter_trials(name))
+        # a REST client's distributions that are none of Optuna's: the space's are read instead
+        t = c.start_trial(name, {"state": "running", "params": {"C": 1.0}, "distributions": {"C": {"x": 1}}})
+        got = CaliboStorage(server.url).get_trial(t["id"])
+        assert got.distributions == {"C": optuna.distributions.FloatDistribution(0.01, 100.0, log=True)}
+
+
+def test_calibo_dashboard_shows_the_trials_optuna_wrote(live_server: LiveServer, page) -> None:  # noqa: F811
+    with Client(live_server.url) as c:
+        name = unique("dashboard")
+        made = c.create_study(name, BRANIN, seed=0)
+        made.optimize(lambda p: branin(optuna.trial.FixedTrial(p)), n_trials=4)
+        study = optuna.load_study(study_name=name, storage=CaliboStorage(live_server.url),
+                                  sampler=optuna.samplers.TPESampler(seed=0))
+        study.optimize(branin, n_trials=6)
+    page.goto(f"{live_server.url}/dashboard?poll=0.3#study={made.id}")
+    page.wait_for_selector('[data-fact="origins"]')
+    page.wait_for_selector('[data-plot="best"][data-points="10"]')  # every trial, the client's and Optuna's
+    assert "6 added" in page.text_content('[data-fact="origins"]')
+    assert not page.errors, page.errors

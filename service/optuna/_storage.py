@@ -168,14 +168,18 @@ def _grown(spec: dict[str, Any], d: BaseDistribution, value: Any, name: str) -> 
 
 class CaliboStorage(BaseStorage):
     """Optuna's ``BaseStorage`` over a calibo server at ``url`` (``token``: its API token, when the
-    server asks for one). ``optuna.load_study(study_name=..., storage=CaliboStorage(url))``."""
+    server asks for one; ``timeout`` per request; ``retry_deadline``: seconds a call retries a server that
+    stopped answering, or answers 503, before it raises). ``optuna.load_study(study_name=...,
+    storage=CaliboStorage(url))``."""
 
-    def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0,
+                 retry_deadline: float = 60.0) -> None:
         self.url = url
         self.token = token
         self.timeout = timeout
+        self.retry_deadline = retry_deadline  # how long a call retries a server that stopped answering
         self._lock = threading.RLock()
-        self._client = Client(url, token=token, timeout=timeout)
+        self._client = Client(url, token=token, timeout=timeout, retry_deadline=retry_deadline)
         self._study_of: dict[int, int] = {}  # trial id -> study id (never changes)
         # the trials this storage runs (created running) and finished ones: their views as the server answered
         # its writes, with their learning-curve points; a read of one costs no request (Optuna's _CachedStorage
@@ -186,10 +190,16 @@ class CaliboStorage(BaseStorage):
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "token": self.token, "timeout": self.timeout}
+        return {"url": self.url, "token": self.token, "timeout": self.timeout,
+                "retry_deadline": self.retry_deadline}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["url"], state["token"], timeout=state["timeout"])  # type: ignore[misc]
+        self.__init__(state["url"], state["token"], timeout=state["timeout"],  # type: ignore[misc]
+                      retry_deadline=state.get("retry_deadline", 60.0))
+
+    def close(self) -> None:
+        """Close its HTTP connections (the storage takes no calls after)."""
+        self._client.close()
 
     def remove_session(self) -> None:
         pass
@@ -344,14 +354,23 @@ class CaliboStorage(BaseStorage):
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
         view = self._trial_view(trial_id)
-        return self._frozen(view, self._space(int(view["study_id"])))
+        return self._frozen(view, self._space_of([view]))
+
+    def _space_of(self, views: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The space of these views' study, read again if it lacks a parameter one of them holds without
+        its own distribution (another process grew it since)."""
+        study_id = int(views[0]["study_id"]) if views else None
+        if study_id is None:
+            return {}
+        space = self._space(study_id)
+        if any(n not in space and n not in (v.get("distributions") or {}) for v in views for n in v["params"]):
+            space = self._space(study_id, fresh=True)
+        return space
 
     def get_all_trials(self, study_id: int, deepcopy: bool = True,
                        states: Container[TrialState] | None = None) -> list[FrozenTrial]:
         views = self._views(study_id)
-        space = self._space(study_id)
-        if any(n not in space and n not in (v.get("distributions") or {}) for v in views for n in v["params"]):
-            space = self._space(study_id, fresh=True)  # a parameter another process added since
+        space = self._space_of(views)
         out = [self._frozen(v, space) for v in views]
         if states is not None:
             out = [t for t in out if t.state in states]
@@ -494,7 +513,7 @@ class CaliboStorage(BaseStorage):
         dists: dict[str, BaseDistribution] = {}
         params: dict[str, Any] = {}
         for name, v in view["params"].items():
-            d = json_to_distribution(json.dumps(own[name])) if name in own else optuna_distribution(space[name])
+            d = _own(own.get(name), v) or optuna_distribution(space[name])
             dists[name] = d
             params[name] = d.to_external_repr(d.to_internal_repr(v))
         values: list[float] | None = None
@@ -510,6 +529,19 @@ class CaliboStorage(BaseStorage):
             system_attrs=_unpack(view.get("system_attrs") or {}),
             intermediate_values={int(k): float(x) for k, x in (view.get("intermediate_values") or {}).items()},
             trial_id=int(view["id"]))
+
+
+def _own(kept: Any, value: Any) -> BaseDistribution | None:
+    """A trial's own distribution of a parameter, as kept with it, when it is one that holds ``value``
+    (another REST client may have written anything there: then the study's space answers)."""
+    if not isinstance(kept, dict):
+        return None
+    try:
+        d = json_to_distribution(json.dumps(kept))
+        d.to_internal_repr(value)
+    except (ValueError, TypeError, KeyError):
+        return None
+    return d
 
 
 def _settled(view: dict[str, Any]) -> bool:
