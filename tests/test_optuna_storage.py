@@ -260,3 +260,16 @@ def test_calibo_dashboard_shows_the_trials_optuna_wrote(live_server: LiveServer,
     page.wait_for_selector('[data-plot="best"][data-points="10"]')  # every trial, the client's and Optuna's
     assert "6 added" in page.text_content('[data-fact="origins"]')
     assert not page.errors, page.errors
+
+
+def test_a_study_that_stays_empty_answers_every_read_and_fits_nothing(http) -> None:
+    s = http.post("/v1/studies", json={"name": unique(), "space": {}}).json()
+    base = f"/v1/studies/{s['id']}/trials"
+    rows = [{"state": "complete", "params": {}, "value": float(i)} for i in range(20)]
+    assert http.post(base, json={"trials": rows}).status_code == 201
+    for path in ("", "/importance", "/calibration", "/trials", "/curves"):
+        r = http.get(f"/v1/studies/{s['id']}{path}")
+        assert r.status_code == 200, (path, r.text)
+    assert http.get(f"/v1/studies/{s['id']}/importance").json()["reason"] == "the study has no parameters yet"
+    view = http.get(f"/v1/studies/{s['id']}").json()
+    assert view["surrogate_status"]["last_error"] is None and view["best_trial"]["value"] == 0.0

@@ -44,10 +44,14 @@ class ImportanceCache:
             if hit is not None and hit[0] == key:
                 self._answers.move_to_end((study_id, objective))
                 return {**hit[1], "cached": True}
-        if len(obs) < MIN_TRIALS:  # nothing to decompose yet: an answer, not an error (dashboards poll it)
+        why = None
+        if not spec.space.params:  # created empty (an Optuna storage's), not grown yet
+            why = "the study has no parameters yet"
+        elif len(obs) < MIN_TRIALS:
+            why = f"importance needs at least {MIN_TRIALS} completed trials; the study has {len(obs)}"
+        if why is not None:  # nothing to decompose yet: an answer, not an error (dashboards poll it)
             return {"importances": [], "n_trials": len(obs), "objective": objective, "method": None, "fit": None,
-                    "seconds": 0.0, "computed_at": None, "cached": False,
-                    "reason": f"importance needs at least {MIN_TRIALS} completed trials; the study has {len(obs)}"}
+                    "seconds": 0.0, "computed_at": None, "cached": False, "reason": why}
         result = importance(obs, spec.space, seed=spec.seed).to_dict()
         for p in result["importances"]:
             p.pop("shares", None)
