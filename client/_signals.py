@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from .errors import Terminated
 
-__all__ = ["StopSignals", "fail_reason"]
+__all__ = ["StopSignals", "fail_reason", "wait_for_stop"]
 
 MAX_REASON = 500  # characters of a fail_reason: a user attribute, not a log
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -51,6 +51,20 @@ def _exception_for(signum: int, previous: Handler) -> BaseException | None:
     if previous == signal.SIG_DFL:
         return Terminated()
     return None
+
+
+def wait_for_stop() -> None:
+    """Block until SIGTERM (a container stop; the main thread only, where Python runs signal handlers)
+    or Ctrl-C: the wait of a command that serves until it is stopped (``calibo katib``,
+    ``calibo optuna-grpc``, ``calibo optuna-dashboard``), which then lets its calls in flight finish."""
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
 
 
 class StopSignals:

@@ -182,8 +182,8 @@ def optuna_grpc(args: argparse.Namespace) -> int:
     SIGTERM / Ctrl-C: Optuna workers anywhere use ``optuna.storages.GrpcStorageProxy(host, port)``."""
     import logging
     import os
-    import signal
-    import threading
+
+    from calibo._signals import wait_for_stop
 
     try:
         import grpc  # noqa: F401 - optuna imports it lazily, at the first call: fail here instead
@@ -212,14 +212,8 @@ def optuna_grpc(args: argparse.Namespace) -> int:
         return 1
     server.start()
     log.info("Optuna gRPC storage proxy on %s:%s over the calibo server %s", args.host, args.port, url)
-    stop = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        while not stop.wait(1.0):
-            pass
-    except KeyboardInterrupt:
-        pass
+        wait_for_stop()
     finally:
         log.info("stopping: calls in flight get %.0f s", OPTUNA_GRPC_GRACE)
         server.stop(OPTUNA_GRPC_GRACE).wait()
@@ -251,7 +245,6 @@ def optuna_dashboard(args: argparse.Namespace) -> int:
     """optuna-dashboard over a calibo server (``calibo.optuna.CaliboStorage``), until SIGTERM / Ctrl-C."""
     import logging
     import os
-    import signal
     import threading
     from socketserver import ThreadingMixIn
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -266,6 +259,7 @@ def optuna_dashboard(args: argparse.Namespace) -> int:
         print(f"calibo optuna-dashboard: {e}. It needs the optuna-dashboard extra (optuna, optuna-dashboard): "
               "pip install 'calibo[server,optuna-dashboard]'", file=sys.stderr)
         return 2
+    from calibo._signals import wait_for_stop
     from calibo.errors import CaliboError
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -303,14 +297,8 @@ def optuna_dashboard(args: argparse.Namespace) -> int:
              httpd.server_port, url, n, ", read-only" if args.read_only else "")
     thread = threading.Thread(target=httpd.serve_forever, name="optuna-dashboard", daemon=True)
     thread.start()
-    stop = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        while not stop.wait(1.0):
-            pass
-    except KeyboardInterrupt:
-        pass
+        wait_for_stop()
     finally:
         log.info("stopping")
         httpd.shutdown()

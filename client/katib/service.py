@@ -23,8 +23,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import signal
-import threading
 from concurrent import futures
 from typing import Any
 
@@ -32,6 +30,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from .. import Client
+from .._signals import wait_for_stop
 from ..errors import (
     CaliboError,
     Conflict,
@@ -273,14 +272,8 @@ def serve(url: str | None = None, token: str | None = None, *, host: str = "0.0.
     server, bound = build_server(client, f"{host}:{port}")
     server.start()
     log.info("Katib suggestion service on %s:%s over the calibo server %s", host, bound, client.base_url)
-    stop = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        while not stop.wait(1.0):
-            pass
-    except KeyboardInterrupt:
-        pass
+        wait_for_stop()
     finally:
         server.stop(grace).wait()
         client.close()
