@@ -381,24 +381,11 @@ def print_profile(profile: dict[str, dict[str, Any]]) -> None:
 
 
 def plot(summary: list[dict[str, Any]], rows: list[dict[str, Any]], path: Path, meta: dict[str, Any]) -> None:
-    labels = [s["method"] for s in summary]
-    fig, axes = report.figure(1, 1, figsize=(max(6.0, 0.9 * len(labels) + 2.0), 4.4))
+    fig, axes = report.figure(1, 1, figsize=(max(6.0, 0.9 * len(summary) + 2.0), 4.4))
     ax = axes[0][0]
-    col = report.colors(labels)
-    x = np.arange(len(labels))
-    med = np.array([s["ms_per_trial"] for s in summary])
-    lo = med - np.array([s["ms_per_trial_min"] for s in summary])
-    hi = np.array([s["ms_per_trial_max"] for s in summary]) - med
-    ax.bar(x, med, color=[col[m] for m in labels], yerr=[lo, hi], capsize=3, alpha=0.85)
-    for i, m in enumerate(labels):
-        ys = [r["ms_per_trial"] for r in rows if r["method"] == m]
-        ax.scatter(np.full(len(ys), i) + np.linspace(-0.15, 0.15, len(ys)), ys, s=10, color="k", zorder=3)
-    ax.set_yscale("log")
-    ax.set_xticks(x, labels, rotation=30, ha="right")
-    ax.set_ylabel("ms per trial (wall, log)")
+    report.ms_bars(ax, summary, "method", rows)
     ax.set_title(f"one more trial, sequential: {meta['trials']} trials, {len(meta['seeds'])} seed(s) "
                  "(bar: median, whiskers: range, dots: seeds)", fontsize=9)
-    ax.grid(axis="y", which="both", alpha=0.3)
     report.save_figure(fig, path)
 
 

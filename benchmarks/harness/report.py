@@ -245,6 +245,28 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 100) -> Path:
     return Path(path)
 
 
+def ms_bars(ax: Any, summary: Sequence[dict[str, Any]], key: str, rows: Sequence[dict[str, Any]] = ()) -> None:
+    """Bars of each ``summary`` entry's median ``ms_per_trial`` (log scale) with whiskers to its
+    ``ms_per_trial_min`` / ``_max``, labelled by ``entry[key]``; with ``rows``, each run's
+    ``ms_per_trial`` as a dot on its bar."""
+    import numpy as np
+
+    labels = [entry[key] for entry in summary]
+    col = colors(labels)
+    x = np.arange(len(labels))
+    med = np.array([entry["ms_per_trial"] for entry in summary])
+    lo = med - np.array([entry["ms_per_trial_min"] for entry in summary])
+    hi = np.array([entry["ms_per_trial_max"] for entry in summary]) - med
+    ax.bar(x, med, color=[col[m] for m in labels], yerr=[lo, hi], capsize=3, alpha=0.85)
+    for i, m in enumerate(labels):
+        ys = [r["ms_per_trial"] for r in rows if r[key] == m]
+        ax.scatter(np.full(len(ys), i) + np.linspace(-0.15, 0.15, len(ys)), ys, s=10, color="k", zorder=3)
+    ax.set_yscale("log")
+    ax.set_xticks(x, labels, rotation=30, ha="right")
+    ax.set_ylabel("ms per trial (wall, log)")
+    ax.grid(axis="y", which="both", alpha=0.3)
+
+
 def colors(names: Sequence[str], cmap: str = "tab10") -> dict[str, Any]:
     import matplotlib
 
