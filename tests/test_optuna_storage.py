@@ -2,7 +2,10 @@
 at the pinned Optuna), on SQLite and PostgreSQL, and what it promises beyond it.
 
 Each case starts with an empty server (every study deleted), as Optuna's cases expect of a new storage.
-The cases calibo cannot pass, each for a reason it states and a test of its own below checks:
+The cases that ask for what calibo cannot hold (``NOT_HELD``: an empty study name, non-finite values and
+choices; and ``test_get_best_trial`` with infinite values) are skipped with their reason, and
+``test_what_calibo_cannot_hold_is_an_error_naming_it_and_nothing_is_stored`` checks that each is a clear
+error. The tests after the suite go through the wire and through Optuna as a user runs it.
 """
 
 from __future__ import annotations
