@@ -59,6 +59,8 @@ def _call(c: httpx.Client, method: str, path: str, who: str) -> httpx.Response:
             "POST /v1/studies/{study}/trials": {"params": {"x1": 1.0, "x2": 2.0}, "value": 3.0},
             "POST /v1/studies/{study}/copy": {"name": f"copy-{who}-{sid}"},
             "PATCH /v1/studies/{study}/user_attrs": {"set": {"team": who}},
+            "PATCH /v1/studies/{study}/system_attrs": {"set": {"sampler": who}},
+            "PATCH /v1/studies/{study}/trials/{trial_id}": {"user_attrs": {"by": who}},
             "PATCH /v1/studies/{study}/space": {"space": {"x3": {"type": "float", "low": 0, "high": 1}}},
             }.get(f"{method} {path}")
     return c.request(method, url, json=body, headers=_headers(who))

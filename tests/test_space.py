@@ -283,7 +283,7 @@ def test_ints_and_choices_own_equal_bins() -> None:
 
 # ---------------------------------------------------------- bad definitions
 @pytest.mark.parametrize(("d", "field"), [
-    ({}, "space"),
+    ("x", "space"),
     ([1, 2], "space"),
     ({"": {"type": "float", "low": 0, "high": 1}}, "space"),
     ({"x": {"type": "float", "low": 1, "high": 1}}, "space.x.low"),
@@ -324,6 +324,18 @@ def test_bad_definitions_name_the_field(d, field) -> None:
         SearchSpace.from_dict(d)
     assert e.value.field == field
     assert isinstance(e.value, ValueError) and field in str(e.value)
+
+
+def test_an_empty_space_is_a_space_a_study_grows_but_no_optimizer_runs_on() -> None:
+    from calibo.engine import Optimizer
+
+    empty = SearchSpace.from_dict({})  # a study an Optuna storage creates: its parameters come by growth
+    assert empty.params == () and empty.validate({}) == {} and empty.is_configuration({})
+    assert not empty.is_configuration({"x": 1.0})
+    assert empty.grow({"x": {"type": "float", "low": 0, "high": 1}}).params[0].grown
+    with pytest.raises(SpaceError) as e:
+        Optimizer({})
+    assert e.value.field == "space" and "at least one parameter" in str(e.value)
 
 
 @PROPS
