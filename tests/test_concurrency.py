@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 from conftest import LiveServer, unique
 from test_api import BRANIN, branin
 
@@ -65,3 +66,33 @@ def test_parallel_clients_keep_trials_unique_dense_and_every_tell(server: LiveSe
     assert view["best_trial"]["value"] == min(told.values())
     predicted = sum(t["prediction"] is not None and t["prediction"]["method"] != "raw" for t in rows)
     assert all(p["steps"] == predicted for p in view["adaptive"]["pairs"])  # one adapt per tell
+
+
+def _tell_at(url: str, sid: int, t: dict, start: threading.Barrier) -> int:
+    with httpx.Client(base_url=url, timeout=60.0) as c:
+        start.wait()
+        return c.post(f"/v1/studies/{sid}/trials/{t['id']}/tell", json={"value": branin(t["params"])}).status_code
+
+
+def _delete_at(url: str, sid: int, start: threading.Barrier) -> int:
+    with httpx.Client(base_url=url, timeout=60.0) as c:
+        start.wait()
+        return c.delete(f"/v1/studies/{sid}").status_code
+
+
+def test_a_study_deleted_while_its_trials_are_told_answers_every_caller_without_a_503(server: LiveServer) -> None:
+    """The delete takes the study's row before its trials' rows, as every locked transaction does: taken the
+    other way round, a tell holding the study and waiting for a trial deadlocked with the delete on PostgreSQL
+    (a 503 to one of them)."""
+    answers: list[int] = []
+    for _ in range(6):
+        with server.client() as http:
+            sid = http.post("/v1/studies", json={"name": unique(), "space": BRANIN}).json()["id"]
+            trials = http.post(f"/v1/studies/{sid}/ask", json={"count": 24}).json()["trials"]
+        start = threading.Barrier(len(trials) + 1)
+        with ThreadPoolExecutor(len(trials) + 1) as pool:
+            told = [pool.submit(_tell_at, server.url, sid, t, start) for t in trials]
+            gone = pool.submit(_delete_at, server.url, sid, start)
+            answers += [f.result() for f in told]
+            assert gone.result() == 204
+    assert set(answers) <= {200, 404}, sorted(set(answers))

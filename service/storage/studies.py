@@ -197,7 +197,9 @@ class StudyQueries(Sessions):
 
     def delete_study(self, study_id: int) -> None:
         with self._write() as s:
-            if s.get(StudyRow, study_id) is None:
+            # the study's row first, as every locked transaction takes it (Storage.locked): a delete that
+            # took its trials' rows first deadlocked on PostgreSQL with a tell or a fit's store in flight
+            if s.get(StudyRow, study_id, with_for_update=True) is None:
                 raise NotFound(f"study {study_id} not found", field="study")
             # explicit, so the cascade does not depend on the database's FK enforcement
             s.execute(delete(SnapshotRow).where(SnapshotRow.study_id == study_id))
