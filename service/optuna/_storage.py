@@ -28,31 +28,21 @@ The storage keeps no state beyond caches: the study of each trial id, each study
 views of the trials it runs and of finished ones it has read (its own writes keep them current, as
 Optuna's ``_CachedStorage`` does for the trials it runs; at most ``KNOWN``), and each study's finished
 trials, so that a listing reads only the trials from the first one not known finished
-(``number_from``). It pickles (Optuna's
-process pools) and is thread-safe.
+(``number_from``). The mapping itself (values, attributes, distributions, errors) is ``_mapping``. It
+pickles (Optuna's process pools) and is thread-safe.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import math
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Container, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-from optuna.distributions import (
-    BaseDistribution,
-    CategoricalDistribution,
-    FloatDistribution,
-    IntDistribution,
-    check_distribution_compatibility,
-    distribution_to_json,
-    json_to_distribution,
-)
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution, distribution_to_json
 from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 from optuna.storages import BaseStorage
 from optuna.storages._base import DEFAULT_STUDY_NAME_PREFIX
@@ -61,110 +51,28 @@ from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 
 from calibo import Client
-from calibo.errors import Conflict, InvalidRequest, NotFound
+from calibo.errors import Conflict
+
+from ._mapping import (
+    STATES,
+    WIRE_STATES,
+    Errors,
+    calibo_param,
+    finite,
+    frozen_trial,
+    grown,
+    holding,
+    pack,
+    settled,
+    unpack,
+    wire_time,
+)
 
 __all__ = ["CaliboStorage"]
 
 MAX_OBJECTIVES = 4  # a calibo study's directions
 PAGE = 1000  # the server's largest page of trials
 KNOWN = 10_000  # trial views kept (the trials this storage runs, finished ones it read)
-
-_STATES = {"waiting": TrialState.WAITING, "running": TrialState.RUNNING, "complete": TrialState.COMPLETE,
-           "failed": TrialState.FAIL, "pruned": TrialState.PRUNED}
-_WIRE_STATES = {v: k for k, v in _STATES.items()}
-_TAG = "__float__"
-
-
-def _pack(v: Any) -> Any:
-    """An attribute value as calibo stores it: a non-finite float tagged (JSON has none)."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return {_TAG: "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")}
-    if isinstance(v, dict):
-        return {k: _pack(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_pack(x) for x in v]
-    return v
-
-
-def _unpack(v: Any) -> Any:
-    if isinstance(v, dict):
-        if len(v) == 1 and _TAG in v and v[_TAG] in ("nan", "inf", "-inf"):
-            return float(v[_TAG])
-        return {k: _unpack(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_unpack(x) for x in v]
-    return v
-
-
-def _finite(value: float, what: str) -> float:
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"calibo holds finite numbers only: {what} is {value!r}")
-    return value
-
-
-def _wire_time(t: datetime | None) -> str | None:
-    """A datetime as the server takes it: Optuna's naive local time, as UTC."""
-    return None if t is None else t.astimezone(UTC).isoformat()
-
-
-def _local_time(text: str | None) -> datetime | None:
-    """A server time (UTC) as Optuna's naive local datetime."""
-    if text is None:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone().replace(tzinfo=None)
-
-
-def calibo_param(d: BaseDistribution, name: str = "") -> dict[str, Any]:
-    """The calibo parameter a study's space holds for an Optuna distribution. A single-valued float or
-    int spans its value and the next one (calibo's ranges are never empty); the trial keeps the
-    distribution itself."""
-    if isinstance(d, CategoricalDistribution):
-        for c in d.choices:
-            if not (c is None or isinstance(c, str | bool | int) or (isinstance(c, float) and math.isfinite(c))):
-                raise ValueError(f"parameter {name!r}: calibo holds categorical choices that are finite numbers, "
-                                 f"strings, bools or None: got {c!r}")
-        return {"type": "categorical", "choices": list(d.choices)}
-    if isinstance(d, IntDistribution):
-        high = d.high if d.high > d.low else d.low + 1
-        return {"type": "int", "low": int(d.low), "high": int(high), "log": bool(d.log)}
-    if isinstance(d, FloatDistribution):
-        top = d.high if d.high > d.low else math.nextafter(d.low, math.inf)
-        return {"type": "float", "low": float(d.low), "high": float(top), "log": bool(d.log)}
-    raise ValueError(f"parameter {name!r}: calibo has no parameter for {type(d).__name__}")
-
-
-def optuna_distribution(spec: dict[str, Any]) -> BaseDistribution:
-    """The Optuna distribution of a calibo parameter (a trial that keeps none of its own)."""
-    kind = spec["type"]
-    if kind in ("categorical", "ordinal"):
-        return CategoricalDistribution(spec["choices"])
-    if kind == "int":
-        return IntDistribution(int(spec["low"]), int(spec["high"]), log=bool(spec.get("log", False)))
-    return FloatDistribution(float(spec["low"]), float(spec["high"]), log=bool(spec.get("log", False)))
-
-
-def _holding(spec: dict[str, Any], value: Any) -> dict[str, Any]:
-    """A float or int parameter's ``spec`` widened to hold ``value`` (Optuna's storages keep a value
-    outside its distribution as they are given it)."""
-    if value is None or spec["type"] not in ("float", "int") or spec["low"] <= value <= spec["high"]:
-        return spec
-    return {**spec, "low": min(spec["low"], value), "high": max(spec["high"], value)}
-
-
-def _grown(spec: dict[str, Any], d: BaseDistribution, value: Any, name: str) -> dict[str, Any] | None:
-    """``spec`` grown to hold ``d`` and ``value`` (a wider range), None when it holds them already;
-    ValueError (Optuna's compatibility rule) when ``d`` is another kind, scale or set of choices than
-    ``spec``'s."""
-    check_distribution_compatibility(optuna_distribution(spec), d)  # raises ValueError as Optuna's storages do
-    if isinstance(d, CategoricalDistribution):
-        return None
-    want = _holding(calibo_param(d, name), value)
-    if want["low"] >= spec["low"] and want["high"] <= spec["high"]:
-        return None
-    return {k: v for k, v in spec.items() if k not in ("grown",)} | {
-        "low": min(spec["low"], want["low"]), "high": max(spec["high"], want["high"])}
-
 
 class CaliboStorage(BaseStorage):
     """Optuna's ``BaseStorage`` over a calibo server at ``url`` (``token``: its API token, when the
@@ -232,11 +140,11 @@ class CaliboStorage(BaseStorage):
 
     def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
         with self._errors():
-            self._client.set_study_user_attr(study_id, key, _pack(value))
+            self._client.set_study_user_attr(study_id, key, pack(value))
 
     def set_study_system_attr(self, study_id: int, key: str, value: Any) -> None:
         with self._errors():
-            self._client.set_study_system_attr(study_id, key, _pack(value))
+            self._client.set_study_system_attr(study_id, key, pack(value))
 
     def get_study_id_from_name(self, study_name: str) -> int:
         with self._errors():
@@ -252,17 +160,17 @@ class CaliboStorage(BaseStorage):
         return self._directions(self._study(study_id))
 
     def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
-        return dict(_unpack(self._study(study_id).get("user_attrs") or {}))
+        return dict(unpack(self._study(study_id).get("user_attrs") or {}))
 
     def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
-        return dict(_unpack(self._study(study_id, system_attrs=True).get("system_attrs") or {}))
+        return dict(unpack(self._study(study_id, system_attrs=True).get("system_attrs") or {}))
 
     def get_all_studies(self) -> list[FrozenStudy]:
         with self._errors():
             summaries = self._client.list_studies(system_attrs=True)
         return [FrozenStudy(study_name=s["name"], direction=None, directions=self._directions(s),
-                            user_attrs=_unpack(s.get("user_attrs") or {}),
-                            system_attrs=_unpack(s.get("system_attrs") or {}), study_id=int(s["id"]))
+                            user_attrs=unpack(s.get("user_attrs") or {}),
+                            system_attrs=unpack(s.get("system_attrs") or {}), study_id=int(s["id"]))
                 for s in summaries]
 
     # ------------------------------------------------------------------ trials
@@ -270,21 +178,21 @@ class CaliboStorage(BaseStorage):
         body: dict[str, Any] = {"params": {}, "state": "running"}
         if template_trial is not None:
             t = template_trial
-            body = {"state": _WIRE_STATES[t.state], "params": self._params(study_id, t.params, t.distributions)}
+            body = {"state": WIRE_STATES[t.state], "params": self._params(study_id, t.params, t.distributions)}
             if t.distributions:
                 body["distributions"] = {n: json.loads(distribution_to_json(d)) for n, d in t.distributions.items()}
             if t.user_attrs:
-                body["user_attrs"] = _pack(t.user_attrs)
+                body["user_attrs"] = pack(t.user_attrs)
             if t.system_attrs:
-                body["system_attrs"] = _pack(t.system_attrs)
+                body["system_attrs"] = pack(t.system_attrs)
             if t.intermediate_values:
-                body["intermediate_values"] = {str(int(k)): _finite(v, f"intermediate value at step {k}")
+                body["intermediate_values"] = {str(int(k)): finite(v, f"intermediate value at step {k}")
                                                for k, v in t.intermediate_values.items()}
             if t.datetime_start is not None:
-                body["started_at"] = _wire_time(t.datetime_start)
+                body["started_at"] = wire_time(t.datetime_start)
             if t.state.is_finished():
                 if t.datetime_complete is not None:
-                    body["finished_at"] = _wire_time(t.datetime_complete)
+                    body["finished_at"] = wire_time(t.datetime_complete)
                 body.update(self._outcome(study_id, t.state, t.values))
         with self._errors():
             view = self._client.start_trial(study_id, body)
@@ -317,7 +225,7 @@ class CaliboStorage(BaseStorage):
                                ) -> bool:
         study_id = self._study_id_of(trial_id)
         view = self._trial_view(trial_id)
-        if _STATES[view["state"]].is_finished():
+        if STATES[view["state"]].is_finished():
             raise UpdateFinishedTrialError(f"Trial#{view['number']} has already finished and can not be updated.")
         with self._errors():
             if state == TrialState.RUNNING:
@@ -338,23 +246,23 @@ class CaliboStorage(BaseStorage):
         return True
 
     def set_trial_intermediate_value(self, trial_id: int, step: int, intermediate_value: float) -> None:
-        value = _finite(intermediate_value, f"the intermediate value at step {step}")
+        value = finite(intermediate_value, f"the intermediate value at step {step}")
         with self._errors():
             self._kept(self._client.change_trial(self._study_id_of(trial_id), trial_id,
                                                  intermediate_values={str(int(step)): value}), {str(int(step)): value})
 
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
         with self._errors():
-            self._kept(self._client.change_trial(self._study_id_of(trial_id), trial_id, user_attrs={key: _pack(value)}))
+            self._kept(self._client.change_trial(self._study_id_of(trial_id), trial_id, user_attrs={key: pack(value)}))
 
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
         with self._errors():
             self._kept(self._client.change_trial(self._study_id_of(trial_id), trial_id,
-                                                 system_attrs={key: _pack(value)}))
+                                                 system_attrs={key: pack(value)}))
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
         view = self._trial_view(trial_id)
-        return self._frozen(view, self._space_of([view]))
+        return frozen_trial(view, self._space_of([view]))
 
     def _space_of(self, views: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """The space of these views' study, read again if it lacks a parameter one of them holds without
@@ -371,7 +279,7 @@ class CaliboStorage(BaseStorage):
                        states: Container[TrialState] | None = None) -> list[FrozenTrial]:
         views = self._views(study_id)
         space = self._space_of(views)
-        out = [self._frozen(v, space) for v in views]
+        out = [frozen_trial(v, space) for v in views]
         if states is not None:
             out = [t for t in out if t.state in states]
         return copy.deepcopy(out) if deepcopy else out
@@ -381,11 +289,11 @@ class CaliboStorage(BaseStorage):
         if state is None:
             return int(counts["total"])
         wanted = (state,) if isinstance(state, TrialState) else state
-        return sum(int(counts.get(_WIRE_STATES[s], 0)) for s in wanted)
+        return sum(int(counts.get(WIRE_STATES[s], 0)) for s in wanted)
 
     # ------------------------------------------------------------------ helpers
-    def _errors(self) -> _Errors:
-        return _Errors()
+    def _errors(self) -> Errors:
+        return Errors()
 
     def _study(self, study_id: int, system_attrs: bool = False) -> dict[str, Any]:
         with self._errors():
@@ -420,16 +328,16 @@ class CaliboStorage(BaseStorage):
             elif isinstance(d, IntDistribution):
                 out[name] = int(v)
             else:
-                out[name] = _finite(v, f"parameter {name!r}")
+                out[name] = finite(v, f"parameter {name!r}")
         for name, d in dists.items():
             if name not in space:
                 space = self._space(study_id, fresh=True)
             if name in space:
-                grown = _grown(space[name], d, out.get(name), name)
-                if grown is not None:
-                    changes[name] = grown
+                wider = grown(space[name], d, out.get(name), name)
+                if wider is not None:
+                    changes[name] = wider
             else:
-                changes[name] = _holding(calibo_param(d, name), out.get(name))
+                changes[name] = holding(calibo_param(d, name), out.get(name))
         if changes:
             with self._errors():
                 view = self._client.grow_space(study_id, changes).view
@@ -438,14 +346,14 @@ class CaliboStorage(BaseStorage):
         return out
 
     def _outcome(self, study_id: int, state: TrialState, values: Sequence[float] | None) -> dict[str, Any]:
-        wire = _WIRE_STATES[state]
+        wire = WIRE_STATES[state]
         if state == TrialState.COMPLETE:
             if values is None:
                 raise ValueError("a complete trial has values")
-            vs = [_finite(v, "an objective value") for v in values]
+            vs = [finite(v, "an objective value") for v in values]
             return {"state": wire, **({"value": vs[0]} if len(vs) == 1 else {"values": vs})}
         if state == TrialState.PRUNED and values:
-            return {"state": wire, "value": _finite(values[0], "a pruned trial's value")}
+            return {"state": wire, "value": finite(values[0], "a pruned trial's value")}
         return {"state": wire}
 
     def _study_id_of(self, trial_id: int) -> int:
@@ -479,13 +387,13 @@ class CaliboStorage(BaseStorage):
             view = self._client.trial_by_id(int(trial_id), curves=True)
         with self._lock:
             self._study_of[int(trial_id)] = int(view["study_id"])
-        if _settled(view):
+        if settled(view):
             self._keep(view, view.get("intermediate_values") or {})
         return view
 
     def _check_updatable(self, trial_id: int) -> None:
         view = self._trial_view(trial_id)
-        if _STATES[view["state"]].is_finished():
+        if STATES[view["state"]].is_finished():
             raise UpdateFinishedTrialError(f"Trial#{view['number']} has already finished and can not be updated.")
 
     def _views(self, study_id: int) -> list[dict[str, Any]]:
@@ -502,64 +410,6 @@ class CaliboStorage(BaseStorage):
         with self._lock:
             for v in fresh:
                 self._study_of[int(v["id"])] = study_id
-                if _settled(v):
+                if settled(v):
                     done[int(v["number"])] = v
         return before + fresh
-
-    @staticmethod
-    def _frozen(view: dict[str, Any], space: dict[str, dict[str, Any]]) -> FrozenTrial:
-        state = _STATES[view["state"]]
-        own = view.get("distributions") or {}
-        dists: dict[str, BaseDistribution] = {}
-        params: dict[str, Any] = {}
-        for name, v in view["params"].items():
-            d = _own(own.get(name), v) or optuna_distribution(space[name])
-            dists[name] = d
-            params[name] = d.to_external_repr(d.to_internal_repr(v))
-        values: list[float] | None = None
-        if view.get("values") is not None:
-            values = [float(x) for x in view["values"]]
-        elif view.get("value") is not None:
-            values = [float(view["value"])]
-        return FrozenTrial(
-            number=int(view["number"]), state=state, value=None, values=values,
-            datetime_start=_local_time(view.get("started_at")),
-            datetime_complete=_local_time(view.get("finished_at")) if state.is_finished() else None,
-            params=params, distributions=dists, user_attrs=_unpack(view.get("user_attrs") or {}),
-            system_attrs=_unpack(view.get("system_attrs") or {}),
-            intermediate_values={int(k): float(x) for k, x in (view.get("intermediate_values") or {}).items()},
-            trial_id=int(view["id"]))
-
-
-def _own(kept: Any, value: Any) -> BaseDistribution | None:
-    """A trial's own distribution of a parameter, as kept with it, when it is one that holds ``value``
-    (another REST client may have written anything there: then the study's space answers)."""
-    if not isinstance(kept, dict):
-        return None
-    try:
-        d = json_to_distribution(json.dumps(kept))
-        d.to_internal_repr(value)
-    except (ValueError, TypeError, KeyError):
-        return None
-    return d
-
-
-def _settled(view: dict[str, Any]) -> bool:
-    """A finished trial that changes no more (one failed for silence may still be told)."""
-    return _STATES[view["state"]].is_finished() and view.get("failure") != "expired"
-
-
-class _Errors:
-    """calibo's errors as Optuna's storages raise them: unknown study or trial KeyError, a finished trial
-    UpdateFinishedTrialError, an invalid field ValueError naming it; any other passes as it is."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: Any) -> None:
-        if isinstance(e, NotFound):
-            raise KeyError(str(e)) from e
-        if isinstance(e, Conflict) and e.code in ("trial_finished", "trial_expired"):
-            raise UpdateFinishedTrialError(str(e)) from e
-        if isinstance(e, InvalidRequest):
-            raise ValueError(f"calibo refused {e.field or 'the request'}: {e}") from e
