@@ -7,8 +7,9 @@ The objective costs nothing (Branin, two floats, minimised), so the time per tri
 and the sampler's. One trial is in flight at a time (``study.optimize`` with ``n_jobs=1``). Every
 storage runs every seed, side by side in one run, interleaved by seed (seed 0 of every storage, then
 seed 1...) so that the machine's load drift falls on all alike. The same seed gives TPE the same
-trials on every faithful storage: the best value per seed is reported, and a storage whose best
-values differ from the in-memory storage's for some seed is flagged (``same_as_inmemory``).
+trials on every faithful storage: each run's trials are stored as a digest of their parameters and
+values, and a storage whose digest differs from the in-memory storage's for some seed is flagged
+(``same_as_inmemory``).
 
 Reported per storage (medians over seeds): ms per trial (the wall time of ``optimize``), the p50 and
 p90 of each trial's time after the first 10 (TPE's random start), and, for the calibo rows, HTTP
@@ -55,6 +56,16 @@ def branin(trial: Any) -> float:
     return (y - b * x**2 + c * x - 6) ** 2 + 10 * (1 - t) * math.cos(x) + 10
 
 
+def digest(trials: list[Any]) -> str:
+    """A run's trials (parameters and values, in order) as a short hash: equal on two storages exactly
+    when TPE made the same trials on both (the per-trial values need not be stored to compare them)."""
+    import hashlib
+    import json
+
+    text = json.dumps([[t.params, t.value] for t in trials], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def requests_served(url: str) -> float:
     """HTTP requests the server has answered so far (its /metrics latency histogram's count)."""
     import httpx
@@ -94,18 +105,18 @@ def run(storage: Any, name: str, seed: int, trials: int, url: str | None) -> dic
     values = [t.value for t in study.trials]
     return {"ms_per_trial": 1000 * wall / trials, "p50_ms": 1000 * float(np.percentile(per[START:], 50)),
             "p90_ms": 1000 * float(np.percentile(per[START:], 90)), "best": float(min(values)),
-            "values": [float(v) for v in values], "requests_per_trial": None if served is None else served / trials}
+            "trials_digest": digest(study.trials), "requests_per_trial": None if served is None else served / trials}
 
 
 def summarize(rows: list[dict[str, Any]], labels: list[str]) -> list[dict[str, Any]]:
-    base = {r["seed"]: r["values"] for r in rows if r["storage"] == "inmemory"}
+    base = {r["seed"]: r["trials_digest"] for r in rows if r["storage"] == "inmemory"}
     out = []
     for label in labels:
         mine = [r for r in rows if r["storage"] == label]
         if not mine:
             continue
         req = [r["requests_per_trial"] for r in mine if r["requests_per_trial"] is not None]
-        same = [r["values"] == base[r["seed"]] for r in mine if r["seed"] in base]
+        same = [r["trials_digest"] == base[r["seed"]] for r in mine if r["seed"] in base]
         out.append({"storage": label, "ms_per_trial": float(np.median([r["ms_per_trial"] for r in mine])),
                     "ms_per_trial_min": min(r["ms_per_trial"] for r in mine),
                     "ms_per_trial_max": max(r["ms_per_trial"] for r in mine),
